@@ -1,0 +1,3 @@
+from kafkasniff.cli import main
+
+main()
