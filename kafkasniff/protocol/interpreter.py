@@ -1,0 +1,271 @@
+"""The schema-driven interpreter: one decoder for every struct Kafka's schemas define.
+
+A schema variant at one version is compiled once into a chain of small
+closures ("ops"). Each op has the shape `op(buf, pos, end, out) -> new_pos`: it
+reads one field starting at `pos`, appends its `Field` to `out` and returns the
+position after it. Compilation resolves everything that depends only on the
+version (presence, compact vs. classic encoding, nullability, tags), so the hot
+path does no schema lookups.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Callable
+
+from kafkasniff.protocol import primitives as p
+from kafkasniff.protocol.errors import error_name
+from kafkasniff.protocol.fields import DecodeError, Field
+from kafkasniff.protocol.schema import Variant, in_range, is_flexible
+
+Op = Callable[[object, int, int, list], int]
+StructDecoder = Callable[[object, int, int, list], int]
+
+TAGGED_FIELDS = "_tagged_fields"
+FIXED_READERS = {
+    "bool": p.read_bool,
+    "int8": p.read_int8,
+    "int16": p.read_int16,
+    "uint16": p.read_uint16,
+    "int32": p.read_int32,
+    "uint32": p.read_uint32,
+    "int64": p.read_int64,
+    "float64": p.read_float64,
+    "uuid": p.read_uuid,
+}
+# Kafka's own parser rejects these; an analyzer shows what is on the wire and flags it.
+NOT_NULLABLE = "null, though the schema does not allow null at this version"
+_INDEX_NAMES = [f"[{i}]" for i in range(4096)]
+
+
+def index_name(i: int) -> str:
+    return _INDEX_NAMES[i] if i < 4096 else f"[{i}]"
+
+
+def is_error_code_field(name: str, type_: str) -> bool:
+    return type_ == "int16" and name.endswith("ErrorCode")
+
+
+RecordsExpander = Callable[[object, int, int], list[Field]]
+
+
+class Compiler:
+    """Compiles schema fields at one version into ops."""
+
+    def __init__(self, variant: Variant, version: int, expand_records: RecordsExpander | None):
+        self.variant = variant
+        self.version = version
+        self.flexible = is_flexible(variant, version)
+        self.expand_records = expand_records
+
+    def struct(self, fields: list[dict]) -> StructDecoder:
+        """Decoder for a struct's fields, plus its tagged-field section in flexible versions."""
+        ops: list[Op] = []
+        tagged: dict[int, tuple[str, Op]] = {}
+        for f in fields:
+            if not in_range(self.version, f.get("versions")):
+                continue
+            op = self.field(f)
+            if in_range(self.version, f.get("tagged")):
+                tagged[f["tag"]] = (f["name"], op)
+            else:
+                ops.append(op)
+        if self.flexible:
+            ops.append(tagged_section(tagged))
+        ops_tuple = tuple(ops)
+
+        def decode_struct(buf, pos, end, out):
+            for op in ops_tuple:
+                pos = op(buf, pos, end, out)
+            return pos
+
+        return decode_struct
+
+    def struct_fields(self, f: dict, struct_name: str) -> list[dict]:
+        if "fields" in f:
+            return f["fields"]
+        try:
+            return self.variant.structs[struct_name]
+        except KeyError:
+            raise ValueError(f"{self.variant.name}: unknown struct type {struct_name}") from None
+
+    def field(self, f: dict) -> Op:
+        name, type_ = f["name"], f["type"]
+        compact = self.flexible and ("flexible" not in f or in_range(self.version, f["flexible"]))
+        nullable = in_range(self.version, f.get("nullable"))
+        if type_.startswith("[]"):
+            elem_type = type_[2:]
+            if elem_type in FIXED_READERS or elem_type in ("string", "bytes"):
+                elem = leaf_op("", elem_type, compact, False, None)
+            else:
+                elem = struct_element_op(elem_type, self.struct(self.struct_fields(f, elem_type)))
+            return array_op(name, type_, compact, nullable, elem)
+        if type_ in FIXED_READERS or type_ in ("string", "bytes"):
+            return leaf_op(name, type_, compact, nullable, None)
+        if type_ == "records":
+            return leaf_op(name, type_, compact, nullable, self.expand_records)
+        return struct_op(name, type_, nullable, self.struct(self.struct_fields(f, type_)))
+
+
+def leaf_op(name: str, type_: str, compact: bool, nullable: bool, expand: RecordsExpander | None) -> Op:
+    if type_ in FIXED_READERS:
+        read = FIXED_READERS[type_]
+        if is_error_code_field(name, type_):
+            def error_code(buf, pos, end, out):
+                v, new = read(buf, pos, end)
+                out.append(Field(name, type_, pos, new - pos, v, None, error_name(v)))
+                return new
+            return error_code
+
+        def fixed(buf, pos, end, out):
+            v, new = read(buf, pos, end)
+            out.append(Field(name, type_, pos, new - pos, v))
+            return new
+        return fixed
+
+    read_var = p.read_string if type_ == "string" else p.read_bytes
+
+    def variable(buf, pos, end, out):
+        v, new = read_var(buf, pos, end, compact, True)
+        fld = Field(name, type_, pos, new - pos, v, None, None if v is not None or nullable else NOT_NULLABLE)
+        if expand is not None and v:
+            fld.children = expand(buf, new - len(v), new)
+        out.append(fld)
+        return new
+    return variable
+
+
+def _read_count(buf, pos, end, compact):
+    if compact:
+        n, new = p.read_unsigned_varint(buf, pos, end)
+        return n - 1, new
+    return p.read_int32(buf, pos, end)
+
+
+def array_op(name: str, type_: str, compact: bool, nullable: bool, elem: Op) -> Op:
+    def array(buf, pos, end, out):
+        n, new = _read_count(buf, pos, end, compact)
+        if n < 0:
+            if n == -1:
+                out.append(Field(name, type_, pos, new - pos, None, None, None if nullable else NOT_NULLABLE))
+                return new
+            raise DecodeError(pos, f"{name}: array length {n} is not allowed here")
+        if n > end - new:
+            raise DecodeError(pos, f"{name}: array count {n} exceeds the {end - new} bytes left")
+        items: list[Field] = []
+        fld = Field(name, type_, pos, 0, n, items)
+        out.append(fld)
+        start, pos = pos, new
+        try:
+            for _ in range(n):
+                pos = elem(buf, pos, end, items)
+        except DecodeError as e:
+            fld.length = e.offset - start
+            raise
+        for i, item in enumerate(items):
+            item.name = index_name(i)
+        fld.length = pos - start
+        return pos
+    return array
+
+
+def struct_element_op(type_: str, decode: StructDecoder) -> Op:
+    def element(buf, pos, end, out):
+        kids: list[Field] = []
+        fld = Field("", type_, pos, 0, None, kids)
+        out.append(fld)
+        try:
+            new = decode(buf, pos, end, kids)
+        except DecodeError as e:
+            fld.length = e.offset - pos
+            raise
+        fld.length = new - pos
+        return new
+    return element
+
+
+def struct_op(name: str, type_: str, nullable: bool, decode: StructDecoder) -> Op:
+    element = struct_element_op(type_, decode)
+
+    def struct(buf, pos, end, out):
+        start = pos
+        if nullable:
+            # Kafka marks a nullable struct with a presence byte: -1 null, 1 present.
+            marker, pos = p.read_int8(buf, pos, end)
+            if marker < 0:
+                out.append(Field(name, type_, start, 1, None))
+                return pos
+        pos = element(buf, pos, end, out)
+        out[-1].name = name
+        out[-1].offset = start
+        out[-1].length = pos - start
+        return pos
+    return struct
+
+
+def tagged_section(known: dict[int, tuple[str, Op]]) -> Op:
+    def tagged_fields(buf, pos, end, out):
+        count, new = p.read_unsigned_varint(buf, pos, end)
+        if count > end - new:
+            raise DecodeError(pos, f"tagged field count {count} exceeds the {end - new} bytes left")
+        kids: list[Field] = []
+        section = Field(TAGGED_FIELDS, "tagged_fields", pos, 0, count, kids)
+        out.append(section)
+        start, pos = pos, new
+        try:
+            for _ in range(count):
+                tag, pos = p.read_unsigned_varint(buf, pos, end)
+                size, pos = p.read_unsigned_varint(buf, pos, end)
+                if size > end - pos:
+                    raise DecodeError(pos, f"tagged field {tag} size {size} exceeds the {end - pos} bytes left")
+                stop = pos + size
+                if tag in known:
+                    tag_name, op = known[tag]
+                    got = op(buf, pos, stop, kids)
+                    if got != stop:
+                        raise DecodeError(got, f"tagged field {tag_name} (tag {tag}) has {stop - got} bytes left over")
+                else:
+                    kids.append(Field(f"tag_{tag}", "unknown_tag", pos, size, bytes(buf[pos:stop]), None,
+                                      f"unknown tag {tag}"))
+                pos = stop
+        except DecodeError as e:
+            section.length = e.offset - start
+            raise
+        section.length = pos - start
+        return pos
+    return tagged_fields
+
+
+@cache
+def compile_variant(variant_key: tuple, version: int, expand_records: RecordsExpander | None) -> StructDecoder:
+    variant = _VARIANTS[variant_key]
+    return Compiler(variant, version, expand_records).struct(variant.fields)
+
+
+_VARIANTS: dict[tuple, Variant] = {}
+
+
+def struct_decoder(variant: Variant, version: int, expand_records: RecordsExpander | None = None) -> StructDecoder:
+    """Cached decoder for a whole schema (message body, header or data struct) at a version."""
+    key = (variant.name, variant.versions)
+    _VARIANTS.setdefault(key, variant)
+    return compile_variant(key, version, expand_records)
+
+
+def decode_struct(variant: Variant, version: int, buf, pos: int, end: int, name: str,
+                  expand_records: RecordsExpander | None = None) -> tuple[Field, DecodeError | None]:
+    """Decode one schema struct from buf[pos:end].
+
+    Returns the struct Field (children decoded so far) and the DecodeError that
+    stopped it, if any. Never raises for bad bytes.
+    """
+    kids: list[Field] = []
+    root = Field(name, variant.name, pos, 0, None, kids)
+    decode = struct_decoder(variant, version, expand_records)
+    try:
+        new = decode(buf, pos, end, kids)
+    except DecodeError as e:
+        root.length = e.offset - pos
+        return root, e
+    root.length = new - pos
+    return root, None

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Generate kafkasniff's schema table from Apache Kafka's JSON message schemas.
+
+Usage: python tools/gen_schema_table.py [SCHEMAS_DIR] [--check]
+
+SCHEMAS_DIR defaults to ../shared/kafka-schemas (beside the repository). It holds
+two snapshots: an old release that still lists versions Kafka 4.0 removed, and a
+newer trunk. Kafka never changes what an existing (API key, version) means, so
+each version is taken from the newest snapshot that lists it.
+
+Only wire facts are kept: names, types, version ranges (valid, flexible,
+nullable, tagged), tags, defaults and entity types. Prose (`about`, comments)
+is dropped. With --check the script exits 1 if the committed table differs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TABLE = REPO / "kafkasniff" / "protocol" / "schema_table.json"
+DEFAULT_SCHEMAS = REPO.parent / "shared" / "kafka-schemas"
+# Oldest first; a later snapshot wins for every version it lists.
+SNAPSHOTS = ("apache-kafka-3.9", "kafka-trunk-2026-08")
+MAX_VERSION = 32767
+FIELD_FACTS = ("versions", "nullableVersions", "taggedVersions", "flexibleVersions")
+
+
+def strip_comments(text: str) -> str:
+    """Drop // and /* */ comments outside string literals (the files are JSON with comments)."""
+    out = []
+    i, n = 0, len(text)
+    in_string = False
+    while i < n:
+        c = text[i]
+        if in_string:
+            out.append(c)
+            if c == "\\":
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if c == '"':
+                in_string = False
+            i += 1
+        elif c == '"':
+            in_string = True
+            out.append(c)
+            i += 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i)
+            i = n if j < 0 else j + 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def parse_versions(spec: str | None) -> list[int] | None:
+    """'3', '0-11', '2+', 'none' -> [lo, hi] or None."""
+    if spec is None or spec == "none":
+        return None
+    spec = spec.strip()
+    if spec.endswith("+"):
+        return [int(spec[:-1]), MAX_VERSION]
+    if "-" in spec:
+        lo, hi = spec.split("-")
+        return [int(lo), int(hi)]
+    return [int(spec), int(spec)]
+
+
+def field_facts(field: dict) -> dict:
+    out = {"name": field["name"], "type": field["type"]}
+    for key in FIELD_FACTS:
+        if key in field:
+            out[key.removesuffix("Versions")] = parse_versions(field[key])
+    if "tag" in field:
+        out["tag"] = field["tag"]
+    if "default" in field:
+        out["default"] = field["default"]
+    if "entityType" in field:
+        out["entity"] = field["entityType"]
+    if "fields" in field:
+        out["fields"] = [field_facts(f) for f in field["fields"]]
+    return out
+
+
+def message_facts(doc: dict, versions: list[int]) -> dict:
+    out = {
+        "versions": versions,
+        "flexible": parse_versions(doc.get("flexibleVersions")),
+        "fields": [field_facts(f) for f in doc.get("fields", [])],
+    }
+    structs = {s["name"]: [field_facts(f) for f in s["fields"]] for s in doc.get("commonStructs", [])}
+    if structs:
+        out["structs"] = structs
+    if doc.get("latestVersionUnstable"):
+        out["latest_unstable"] = True
+    return out
+
+
+def load_snapshot(root: Path) -> list[dict]:
+    docs = []
+    for path in sorted(root.glob("*/*.json")):
+        doc = json.loads(strip_comments(path.read_text()))
+        if doc.get("type") in ("request", "response", "header") or (
+            doc.get("type") == "data" and path.parent.name == "clients"
+        ):
+            docs.append(doc)
+    return docs
+
+
+def combine(variants_by_snapshot: list[dict]) -> list[dict]:
+    """Each version comes from the newest snapshot listing it; returns variants, newest first."""
+    taken: set[int] = set()
+    result = []
+    for doc in reversed(variants_by_snapshot):
+        lo, hi = parse_versions(doc["validVersions"]) or (0, -1)
+        own = [v for v in range(lo, hi + 1) if v not in taken]
+        if not own:
+            continue
+        # The older snapshot only adds versions below (or, for removed APIs, all of) the newer range.
+        if own != list(range(own[0], own[-1] + 1)):
+            raise SystemExit(f"{doc['name']}: versions from older snapshot are not contiguous: {own}")
+        taken.update(own)
+        result.append(message_facts(doc, [own[0], own[-1]]))
+    return result
+
+
+def build_table(schemas: Path) -> dict:
+    by_name: dict[str, list[dict]] = {}
+    for snapshot in SNAPSHOTS:
+        for doc in load_snapshot(schemas / snapshot):
+            by_name.setdefault(doc["name"], []).append(doc)
+
+    apis: dict[int, dict] = {}
+    headers, data = {}, {}
+    for name, docs in sorted(by_name.items()):
+        kind = docs[-1]["type"]
+        if kind in ("request", "response"):
+            key = docs[-1]["apiKey"]
+            api = apis.setdefault(key, {"key": key, "name": name.removesuffix("Request").removesuffix("Response")})
+            api[kind] = combine(docs)
+        elif kind == "header":
+            headers[name] = combine(docs)
+        else:
+            data[name] = combine(docs)
+    return {
+        "sources": list(SNAPSHOTS),
+        "apis": [apis[k] for k in sorted(apis)],
+        "headers": headers,
+        "data": data,
+    }
+
+
+def render(table: dict) -> str:
+    # One API / header / data schema per line keeps diffs readable and the file compact.
+    lines = ["{", f' "sources": {json.dumps(table["sources"])},', ' "apis": [']
+    lines += [" " + json.dumps(a, separators=(",", ":")) + "," for a in table["apis"]]
+    lines[-1] = lines[-1].rstrip(",")
+    for section in ("headers", "data"):
+        lines += [" ],", f' "{section}": {{'] if section == "headers" else [" },", f' "{section}": {{']
+        items = list(table[section].items())
+        lines += [f" {json.dumps(k)}: " + json.dumps(v, separators=(",", ":")) + "," for k, v in items]
+        lines[-1] = lines[-1].rstrip(",")
+    lines += [" }", "}", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    args = [a for a in argv if a != "--check"]
+    schemas = Path(args[0]) if args else DEFAULT_SCHEMAS
+    if not schemas.is_dir():
+        print(f"schemas folder not found: {schemas} (pass it as the first argument)", file=sys.stderr)
+        return 2
+    text = render(build_table(schemas))
+    json.loads(text)  # the hand-joined layout must still be valid JSON
+    if check:
+        if TABLE.read_text() != text:
+            print(f"{TABLE} is out of date: run python tools/gen_schema_table.py", file=sys.stderr)
+            return 1
+        return 0
+    TABLE.write_text(text)
+    print(f"wrote {TABLE} ({len(text):,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
