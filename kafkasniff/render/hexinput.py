@@ -1,0 +1,97 @@
+"""Turn a pasted hex dump into bytes, for `kafkasniff explain`.
+
+Accepted: plain hex (any spacing, `0x` prefixes, commas), `xxd`, `hexdump -C`, `tcpdump -x/-X/-XX` and
+`od -An -tx1` output; `//` and `#` start comments. The dump format is recognised once for the whole text
+from the shape of its offset column, and each line's ASCII column is then cut off by that format's layout,
+so text in the ASCII column is never read as hex, however hex-like it looks.
+
+In a dump with offsets, lines without an offset (tcpdump's packet summary, a pasted prompt) are skipped,
+and each offset must continue the previous line (or restart at 0, as a new tcpdump packet does), so a
+skipped data line cannot go unnoticed. A `*` line (a run of repeated lines) is expanded from the offsets.
+"""
+
+import re
+
+_COMMENT = re.compile(r"//|#")
+# xxd `00000010: 0000 0012  ....` and tcpdump `\t0x0010:  4500 0034  E..4`: ASCII after a 2+ space gap.
+_COLON_OFFSET = re.compile(r"\s*(?:0x)?([0-9a-fA-F]+):(?:\s+(.*))?")
+_ASCII_GAP = re.compile(r"\s{2,}")
+# hexdump -C `00000010  00 00 00 12  00 03 ...  |....|`, ASCII between bars; the last line is a bare offset.
+_HEXDUMP_C = re.compile(r"([0-9a-fA-F]{8,})(?:  ([^|]*)\|.*)?")
+_TOKEN = re.compile(r"(?:0[xX])?([0-9a-fA-F]+)")
+
+_Split = tuple[int | None, str] | None  # (offset, hex area), or None for a line that carries no bytes
+
+
+def parse_hex_dump(text: str) -> bytes:
+    """Return the bytes of a hex dump; raise ValueError naming the line of any unreadable text."""
+    lines = [_COMMENT.split(line, maxsplit=1)[0].rstrip() for line in text.splitlines()]
+    split_line = _line_splitter(lines)
+    out = bytearray()
+    previous: tuple[int | None, bytes] | None = None
+    repeat_pending = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if line.strip() == "*":
+            if previous is None or previous[0] is None or not previous[1]:
+                raise ValueError(f"line {number}: '*' (repeated lines) needs offsets around it; dump with -v")
+            repeat_pending = True
+            continue
+        split = split_line(line)
+        if split is None:
+            continue
+        offset, area = split
+        data = _hex_bytes(area, number)
+        if offset is not None and previous is not None and previous[0] is not None:
+            prev_offset, prev_data = previous
+            expected = prev_offset + len(prev_data)
+            if repeat_pending:
+                gap = offset - expected
+                if gap < 0 or gap % len(prev_data):
+                    raise ValueError(f"line {number}: offset {offset:#x} does not end a run of repeated lines")
+                out += prev_data * (gap // len(prev_data))
+                repeat_pending = False
+            elif offset not in (expected, 0):
+                raise ValueError(f"line {number}: offset {offset:#x} does not follow the previous line "
+                                 f"(expected {expected:#x})")
+        out += data
+        previous = (offset, data)
+    if repeat_pending:
+        raise ValueError("'*' (repeated lines) at the end of the dump has no closing offset")
+    return bytes(out)
+
+
+def _line_splitter(lines: list[str]):
+    if any(_COLON_OFFSET.fullmatch(line) for line in lines):
+        return _split_colon_offset
+    if any((m := _HEXDUMP_C.fullmatch(line)) and m[2] is not None for line in lines):
+        return _split_hexdump_c
+    return lambda line: (None, line)
+
+
+def _split_colon_offset(line: str) -> _Split:
+    match = _COLON_OFFSET.fullmatch(line)
+    if match is None:
+        return None
+    area = _ASCII_GAP.split(match[2] or "", maxsplit=1)[0]
+    return int(match[1], 16), area
+
+
+def _split_hexdump_c(line: str) -> _Split:
+    match = _HEXDUMP_C.fullmatch(line)
+    if match is None:
+        return None
+    return int(match[1], 16), match[2] or ""
+
+
+def _hex_bytes(area: str, number: int) -> bytes:
+    digits = []
+    for token in area.replace(",", " ").split():
+        match = _TOKEN.fullmatch(token)
+        if match is None:
+            raise ValueError(f"line {number}: {token!r} is not hex")
+        if len(match[1]) % 2:
+            raise ValueError(f"line {number}: {token!r} has an odd number of hex digits")
+        digits.append(match[1])
+    return bytes.fromhex("".join(digits))
