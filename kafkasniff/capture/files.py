@@ -1,0 +1,272 @@
+"""Read capture files (pcap, pcapng, either gzip-compressed) as a stream of TcpSegments.
+
+The format is told by the magic number, never by the file name. A file that cannot be read
+at all raises CaptureError; damage further in (a cut-off last record, a corrupt block) ends
+the iteration after every complete record has been delivered and leaves a message in
+`CaptureReader.warnings`.
+
+dpkt supplies the magic numbers and parses the rare blocks (file header, pcapng interface
+descriptions). Per-record headers are unpacked with struct: dpkt's Reader yields neither the
+original length (needed to see snaplen cuts) nor, for pcapng, the interface of a packet, and
+it applies the first interface's link type to every packet.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import zlib
+from collections.abc import Iterator
+from struct import Struct
+
+import dpkt
+from dpkt import pcap, pcapng
+
+from kafkasniff.capture.packets import FrameParser, TcpSegment
+
+GZIP_MAGIC = b"\x1f\x8b"
+# Larger than any link layer's frame (loopback reaches 65,549 bytes; pcapng allows 256 KiB
+# snaplens); a record claiming more is corruption, not data.
+MAX_RECORD_BYTES = 16 << 20
+_LINKTYPE_MASK = 0x03FFFFFF  # the bits above carry FCS information
+_READ_BUFFER = 1 << 20
+
+# magic (read big-endian) -> byte order, timestamp fraction units per second, record header size
+_PCAP_VARIANTS = {
+    pcap.TCPDUMP_MAGIC: (">", 1e6, 16),
+    pcap.TCPDUMP_MAGIC_NANO: (">", 1e9, 16),
+    pcap.MODPCAP_MAGIC: (">", 1e6, 24),
+    pcap.PMUDPCT_MAGIC: ("<", 1e6, 16),
+    pcap.PMUDPCT_MAGIC_NANO: ("<", 1e9, 16),
+    pcap.PACPDOM_MAGIC: ("<", 1e6, 24),
+}
+_PCAPNG_MAGIC = pcapng.PCAPNG_BT_SHB.to_bytes(4, "big")
+_PCAPNG_BYTE_ORDER = {
+    pcapng.BYTE_ORDER_MAGIC.to_bytes(4, "big"): ">",
+    pcapng.BYTE_ORDER_MAGIC.to_bytes(4, "little"): "<",
+}
+
+
+class CaptureError(Exception):
+    """The capture cannot be read at all; the message says what is wrong and what to do."""
+
+
+class CaptureReader:
+    """An open capture file. Iterate `segments()` (or `frames()`) once, then close.
+
+    Attributes:
+        path, format ("pcap" or "pcapng"), compressed (gzip), total_size (bytes on disk),
+        warnings (problems met while reading, one line each), frames_read,
+        skipped (Counter of frames without a usable TCP segment, by reason).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self._raw = _open_raw(self.path)
+        try:
+            self.total_size = os.fstat(self._raw.fileno()).st_size
+            self.compressed = self._raw.peek(2)[:2] == GZIP_MAGIC
+            self._stream = gzip.GzipFile(fileobj=self._raw) if self.compressed else self._raw
+            self._magic = self._read_magic()
+            self.format = "pcapng" if self._magic == _PCAPNG_MAGIC else "pcap"
+            if self.format == "pcap":
+                self._pcap_layout = self._read_pcap_header()
+        except BaseException:
+            self.close()
+            raise
+        self.warnings: list[str] = []
+        self.frames_read = 0
+        self._parser = FrameParser()
+        self.skipped = self._parser.skipped
+
+    @property
+    def position(self) -> int:
+        """Bytes of the file on disk read so far (compressed bytes for gzip): progress is
+        position / total_size."""
+        return self._raw.raw.tell() if not self._raw.closed else self.total_size
+
+    def _read_magic(self) -> bytes:
+        what = "gzip-compressed data" if self.compressed else "file"
+        try:
+            magic = self._stream.read(4)
+        except (OSError, EOFError, zlib.error) as error:
+            raise CaptureError(
+                f"{self.path}: damaged gzip data ({error}); recompress or use the uncompressed capture"
+            ) from None
+        if len(magic) < 4:
+            raise CaptureError(f"{self.path}: {what} too short to be a capture ({len(magic)} bytes)")
+        if magic != _PCAPNG_MAGIC and int.from_bytes(magic, "big") not in _PCAP_VARIANTS:
+            raise CaptureError(
+                f"{self.path}: {what} is not a pcap or pcapng capture (starts with {magic.hex()}); "
+                "give a file written by tcpdump, tshark, dumpcap or Wireshark"
+            )
+        return magic
+
+    def frames(self) -> Iterator[tuple[float, int, bytes, int]]:
+        """Yield (timestamp, link type, frame bytes, original length) for each record."""
+        records = self._pcapng_records() if self.format == "pcapng" else self._pcap_records()
+        try:
+            for record in records:
+                self.frames_read += 1
+                yield record
+        except EOFError:  # gzip member cut short
+            self._warn(f"compressed data ends early after {self.frames_read} records (file truncated?)")
+        except (OSError, zlib.error) as error:
+            self._warn(f"unreadable data after {self.frames_read} records: {error}")
+
+    def segments(self) -> Iterator[TcpSegment]:
+        """Yield the TCP segment of each record that holds one; others are counted in `skipped`."""
+        parse = self._parser.parse
+        for ts, linktype, frame, wire_len in self.frames():
+            segment = parse(frame, linktype, ts, wire_len)
+            if segment is not None:
+                yield segment
+
+    def _read_pcap_header(self):
+        header = self._stream.read(20)
+        if len(header) < 20:
+            raise CaptureError(f"{self.path}: pcap file header cut short; the file is truncated")
+        byte_order, units, record_header_len = _PCAP_VARIANTS[int.from_bytes(self._magic, "big")]
+        file_header = (pcap.LEFileHdr if byte_order == "<" else pcap.FileHdr)(self._magic + header)
+        return file_header.linktype & _LINKTYPE_MASK, byte_order, units, record_header_len
+
+    def _pcap_records(self):
+        linktype, byte_order, units, record_header_len = self._pcap_layout
+        unpack_record_header = Struct(byte_order + "IIII").unpack_from
+        read = self._stream.read
+        offset = 24
+        while True:
+            record_header = read(record_header_len)
+            if len(record_header) < record_header_len:
+                if record_header:
+                    self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
+                break
+            seconds, fraction, caplen, wire_len = unpack_record_header(record_header)
+            if caplen > MAX_RECORD_BYTES:
+                self._warn(f"record at byte {offset} claims {caplen} bytes: file corrupt from here")
+                break
+            frame = read(caplen)
+            if len(frame) < caplen:
+                self._warn(
+                    f"capture ends inside the record at byte {offset} "
+                    f"({len(frame)} of {caplen} bytes; file truncated?)"
+                )
+                break
+            offset += record_header_len + caplen
+            yield seconds + fraction / units, linktype, frame, wire_len
+
+    def _pcapng_records(self):
+        read = self._stream.read
+        interfaces: list[tuple[int, float, int] | None] = []  # (link type, units/s, offset s)
+        byte_order = "<"
+        block_header = Struct("<II").unpack
+        packet_header = Struct("<IIIII").unpack_from
+        offset = 0
+        pending = self._magic
+        while True:
+            head = pending + read(8 - len(pending))
+            pending = b""
+            if len(head) < 8:
+                if head:
+                    self._warn(f"capture ends inside a block header at byte {offset} (file truncated?)")
+                break
+            block_type, block_len = block_header(head)
+            if block_type == pcapng.PCAPNG_BT_SHB:
+                order_mark = read(4)
+                if order_mark not in _PCAPNG_BYTE_ORDER:
+                    self._warn(f"section header at byte {offset} has no valid byte-order mark")
+                    break
+                byte_order = _PCAPNG_BYTE_ORDER[order_mark]
+                block_header = Struct(byte_order + "II").unpack
+                packet_header = Struct(byte_order + "IIIII").unpack_from
+                block_len = block_header(head)[1]
+                head += order_mark
+                interfaces = []
+            if block_len < len(head) + 4 or block_len % 4 or block_len > MAX_RECORD_BYTES:
+                self._warn(f"block at byte {offset} has invalid length {block_len}: file corrupt from here")
+                break
+            body = read(block_len - len(head))
+            if len(body) < block_len - len(head):
+                self._warn(f"capture ends inside the block at byte {offset} (file truncated?)")
+                break
+            block_offset, offset = offset, offset + block_len
+            data_end = len(body) - 4  # the block ends with a copy of its length
+
+            if block_type == pcapng.PCAPNG_BT_EPB or block_type == pcapng.PCAPNG_BT_PB:
+                if data_end < 20:
+                    self.skipped["malformed record"] += 1
+                    continue
+                iface_id, ts_high, ts_low, caplen, wire_len = packet_header(body)
+                if block_type == pcapng.PCAPNG_BT_PB:  # 16-bit interface id, then drop count
+                    iface_id = iface_id >> 16 if byte_order == ">" else iface_id & 0xFFFF
+                if 20 + caplen > data_end:
+                    self.skipped["malformed record"] += 1
+                    continue
+                frame = body[20 : 20 + caplen]
+            elif block_type == pcapng.PCAPNG_BT_SPB:
+                iface_id, ts_high, ts_low = 0, 0, 0
+                wire_len = int.from_bytes(body[:4], "little" if byte_order == "<" else "big")
+                frame = body[4 : min(4 + wire_len, data_end)]  # the block holds at most snaplen bytes
+            else:
+                if block_type == pcapng.PCAPNG_BT_IDB:
+                    interfaces.append(self._interface(byte_order, head + body, block_offset))
+                continue
+            if iface_id >= len(interfaces) or interfaces[iface_id] is None:
+                self.skipped["packet of an undescribed interface"] += 1
+                continue
+            linktype, units, ts_offset = interfaces[iface_id]
+            yield ts_offset + ((ts_high << 32) | ts_low) / units, linktype, frame, wire_len
+
+    def _interface(self, byte_order, block, offset):
+        block_class = (
+            pcapng.InterfaceDescriptionBlockLE if byte_order == "<" else pcapng.InterfaceDescriptionBlock
+        )
+        try:
+            idb = block_class(block)
+        except (dpkt.Error, ValueError) as error:
+            self._warn(f"unreadable interface description at byte {offset} ({error}); its packets are skipped")
+            return None
+        units, ts_offset = 1e6, 0
+        for option in idb.opts:
+            if option.code == pcapng.PCAPNG_OPT_IF_TSRESOL and option.data:
+                exponent = option.data[0] & 0x7F
+                units = float(2**exponent if option.data[0] & 0x80 else 10**exponent)
+            elif option.code == pcapng.PCAPNG_OPT_IF_TSOFFSET and len(option.data) == 8:
+                ts_offset = int.from_bytes(option.data, "little" if byte_order == "<" else "big", signed=True)
+        return idb.linktype, units, ts_offset
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(f"{self.path}: {message}")
+
+    def close(self) -> None:
+        stream = getattr(self, "_stream", self._raw)
+        if stream is not self._raw:
+            stream.close()
+        self._raw.close()
+
+    def __enter__(self) -> CaptureReader:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def open_capture(path: str | os.PathLike) -> CaptureReader:
+    """Open a capture file for reading; raises CaptureError if it cannot be read at all."""
+    return CaptureReader(path)
+
+
+def _open_raw(path: str) -> io.BufferedReader:
+    try:
+        return open(path, "rb", buffering=_READ_BUFFER)
+    except FileNotFoundError:
+        raise CaptureError(f"{path}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise CaptureError(f"{path}: is a directory; give a capture file inside it") from None
+    except PermissionError:
+        raise CaptureError(
+            f"{path}: permission denied; make the file readable for this user (or run as its owner)"
+        ) from None
+    except OSError as error:
+        raise CaptureError(f"{path}: cannot open ({error.strerror})") from None
