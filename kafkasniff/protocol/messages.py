@@ -152,9 +152,3 @@ def all_versions(kind: str) -> Iterator[tuple[int, int]]:
             if message_variant(key, kind, v) is not None:
                 yield key, v
 
-
-def infer_response(buf, pos: int = 0, end: int | None = None,
-                   candidates: list[tuple[int, int]] | None = None) -> list[Message]:
-    """Every (API key, version) whose response schema consumes the bytes exactly."""
-    return [msg for key, version in (candidates or all_versions(RESPONSE))
-            if (msg := decode_response(buf, key, version, pos, end)).complete]

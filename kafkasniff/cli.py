@@ -1,0 +1,92 @@
+"""The `kafkasniff` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kafkasniff.protocol.schema import apis, version_range
+
+
+def fail(message: str) -> None:
+    """One clear line on stderr, exit status 2."""
+    click.echo(f"kafkasniff: {message}", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kafkasniff")
+def main() -> None:
+    """Kafka wire-protocol analyzer: decode captures, sniff live, explain hex dumps."""
+
+
+@main.command("apis")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+def apis_command(as_json: bool) -> None:
+    """List every Kafka API the tool decodes, with its request and response versions."""
+    listing = []
+    for key, api in sorted(apis().items()):
+        req, resp = version_range(key, "request"), version_range(key, "response")
+        listing.append({"api_key": key, "name": api["name"],
+                        "request_versions": list(req), "response_versions": list(resp)})
+    if as_json:
+        click.echo(json.dumps(listing, indent=1))
+        return
+    table = Table(title=f"{len(listing)} Kafka APIs", header_style="bold")
+    for col in ("key", "name", "request versions", "response versions"):
+        table.add_column(col)
+    for a in listing:
+        table.add_row(str(a["api_key"]), a["name"], "v{}-v{}".format(*a["request_versions"]),
+                      "v{}-v{}".format(*a["response_versions"]))
+    Console().print(table)
+
+
+@main.command("explain")
+@click.argument("hex_text", nargs=-1)
+@click.option("-f", "--file", "path", type=click.Path(dir_okay=False), help="Read the hex dump from a file.")
+@click.option("--request", "kind", flag_value="request", help="The bytes are a request.")
+@click.option("--response", "kind", flag_value="response", help="The bytes are a response.")
+@click.option("--api-key", type=int, help="API key of a response (from its request).")
+@click.option("--api-version", type=int, help="API version of a response (from its request).")
+@click.option("--full", is_flag=True, help="Show long values whole.")
+@click.option("--json", "as_json", is_flag=True, help="The decoded tree and byte map as JSON.")
+def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -> None:
+    """Annotate every byte of a Kafka request or response given as hex.
+
+    HEX may be given as arguments, with --file, or on standard input. Plain hex,
+    0x00 style, xxd, hexdump -C and tcpdump -X dumps are accepted; // and #
+    comments are skipped. The 4-byte size prefix is optional.
+    """
+    from kafkasniff.protocol.identify import identify
+    from kafkasniff.protocol.records import decode_records
+    from kafkasniff.render.explain import explanation_json, print_explanation
+    from kafkasniff.render.hexinput import parse_hex_dump
+
+    if (api_key is None) != (api_version is None):
+        fail("--api-key and --api-version go together")
+    if path:
+        try:
+            text = open(path, encoding="utf-8", errors="replace").read()
+        except OSError as e:
+            fail(f"cannot read {path}: {e.strerror}")
+    elif hex_text:
+        text = " ".join(hex_text)
+    else:
+        if sys.stdin.isatty():
+            click.echo("reading hex from standard input (end with Ctrl-D)…", err=True)
+        text = sys.stdin.read()
+    try:
+        data = parse_hex_dump(text)
+    except ValueError as e:
+        fail(f"cannot read the hex dump: {e}")
+    if not data:
+        fail("no hex bytes found in the input")
+    ident = identify(data, kind, api_key, api_version, decode_records)
+    if as_json:
+        click.echo(json.dumps(explanation_json(ident, data), indent=1))
+    else:
+        print_explanation(Console(), ident, data, None if full else 64)

@@ -1,0 +1,70 @@
+"""Every byte of a decoded frame, as rows: offset, length, field path, type, value.
+
+Leaves give one row each. Bytes inside a container that no child covers
+(array counts, string and struct length prefixes, tag headers) become rows of
+their own, named after the container, so the rows tile the input exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+from kafkasniff.protocol.fields import Field
+from kafkasniff.render.values import show_value
+
+# Containers whose children are decoded from other bytes (decompressed records):
+# their offsets do not point into the frame, so the container is one opaque row.
+DETACHED_TYPES = frozenset({"DecompressedRecords"})
+
+_PREFIX_LABELS = {"tagged_fields": "tag count / tag header", "records": "length prefix"}
+
+
+class Row(NamedTuple):
+    offset: int
+    length: int
+    path: str
+    type: str
+    value: str
+
+
+def join_path(parent: str, name: str) -> str:
+    if not parent:
+        return name
+    if not name or name.startswith("["):
+        return parent + name
+    return f"{parent}.{name}"
+
+
+def _prefix_value(f: Field, limit: int | None) -> str:
+    """What the bytes of a container that precede or sit between its children mean."""
+    if f.type.startswith("[]"):
+        return f"length: {show_value(f, limit)}"
+    return _PREFIX_LABELS.get(f.type, "length / presence prefix")
+
+
+def rows(f: Field, parent: str = "", limit: int | None = 64) -> Iterator[Row]:
+    path = join_path(parent, f.name)
+    if f.children is None or f.type in DETACHED_TYPES:
+        yield Row(f.offset, f.length, path, f.type, show_value(f, limit))
+        return
+    cursor = f.offset
+    for child in sorted(f.children, key=lambda c: c.offset):
+        if child.offset > cursor:
+            yield Row(cursor, child.offset - cursor, path, f.type, _prefix_value(f, limit))
+        yield from rows(child, path, limit)
+        cursor = max(cursor, child.end)
+    if f.end > cursor:
+        yield Row(cursor, f.end - cursor, path, f.type, _prefix_value(f, limit))
+
+
+def uncovered(all_rows: list[Row], start: int, end: int) -> list[tuple[int, int]]:
+    """Byte ranges in [start, end) that no row covers: empty when the map is complete."""
+    gaps = []
+    cursor = start
+    for r in sorted(all_rows):
+        if r.offset > cursor:
+            gaps.append((cursor, r.offset))
+        cursor = max(cursor, r.offset + r.length)
+    if cursor < end:
+        gaps.append((cursor, end))
+    return gaps
