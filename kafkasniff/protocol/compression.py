@@ -1,0 +1,205 @@
+"""Kafka's record compression codecs, decompressed with a hard bound on output.
+
+Codec ids are the low three bits of a batch's or message's attributes.
+
+Bounding the output, per codec (a "bomb" never makes us allocate past `limit`):
+- gzip, zstd: cramjam's `decompress_into` writes into a fixed buffer and stops with
+  an error once it is full, so we try a buffer sized from a hint, grow it (x4) up
+  to `limit`, and report "too large" when even a `limit`-sized buffer overflows.
+  gzip's hint is the ISIZE trailer, exact for the single-member streams clients write.
+- snappy: raw blocks state their decompressed length up front; it is checked against
+  `limit` before any output is allocated. Java clients write the xerial framing
+  (magic header, then 4-byte-length-prefixed raw blocks); we parse the framing and
+  decompress the blocks with cramjam.
+- lz4: we walk the frame ourselves and decompress each block with cramjam's block
+  API. This accepts the header checksum (HC) byte that producers of magic-0
+  messages wrote over the wrong range (Kafka's KafkaLZ4BlockOutputStream with
+  useBrokenFlagDescriptorChecksum hashes magic number + descriptor instead of the
+  descriptor alone), which cramjam's frame decoder rejects. Kafka itself accepts only
+  frames of independent blocks; a frame with linked blocks goes to cramjam's frame
+  decoder (bounded like zstd), which then needs a standard HC. Output overshoots
+  `limit` by at most one block (64 KiB in Kafka's frames, 4 MiB at most).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import cramjam
+
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
+
+MiB = 1024 * 1024
+_FIRST_GUESS_MIN = 64 * 1024
+_OUTPUT_FULL = "failed to write whole buffer"  # cramjam's message when an _into buffer is full
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
+_XERIAL_BLOCK_SIZE = 32 * 1024  # the xerial library's default, used by Java clients
+
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+# Kafka's lz4 frame descriptor: version 1, independent blocks, no checksums, 64 KiB blocks.
+_KAFKA_LZ4_FLG, _KAFKA_LZ4_BD = 0x60, 0x40
+_KAFKA_LZ4_BLOCK = 64 * 1024
+# (xxh32(FLG BD) >> 8) & 0xFF, and the legacy variant over magic number + FLG BD.
+_KAFKA_LZ4_HC = {False: 0x82, True: 0x1A}
+_LZ4_UNCOMPRESSED_BIT = 0x80000000
+
+
+class DecompressionFailed(Exception):
+    """The compressed bytes could not be decompressed; `str()` says why."""
+
+
+class DecompressedTooLarge(DecompressionFailed):
+    def __init__(self, limit: int):
+        super().__init__(f"decompressed size exceeds {format_size(limit)} limit")
+        self.limit = limit
+
+
+def format_size(n: int) -> str:
+    return f"{n // MiB} MiB" if n % MiB == 0 else f"{n} bytes"
+
+
+def codec_name(codec_id: int) -> str:
+    return CODEC_NAMES[codec_id] if 0 <= codec_id < len(CODEC_NAMES) else f"unknown({codec_id})"
+
+
+def decompress(codec_id: int, data, limit: int) -> bytes:
+    """Decompress `data` (any buffer) with a Kafka codec; raise DecompressionFailed."""
+    try:
+        if codec_id == 1:
+            hint = struct.unpack_from("<I", data, len(data) - 4)[0] if len(data) >= 4 else 0
+            return _into_growing_buffer(cramjam.gzip.decompress_into, data, limit, hint)
+        if codec_id == 2:
+            return _snappy(data, limit)
+        if codec_id == 3:
+            return _lz4_frame(data, limit)
+        if codec_id == 4:
+            return _into_growing_buffer(cramjam.zstd.decompress_into, data, limit, 8 * len(data))
+    except cramjam.DecompressionError as exc:
+        raise DecompressionFailed(f"{codec_name(codec_id)}: {exc}") from None
+    raise DecompressionFailed(f"unknown compression codec {codec_id}")
+
+
+def _into_growing_buffer(decompress_into, data, limit: int, hint: int) -> bytes:
+    size = min(limit, max(hint, _FIRST_GUESS_MIN))
+    while True:
+        out = bytearray(size)
+        try:
+            n = decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if _OUTPUT_FULL not in str(exc):
+                raise
+            if size >= limit:
+                raise DecompressedTooLarge(limit) from None
+            size = min(limit, size * 4)
+            continue
+        return bytes(memoryview(out)[:n])
+
+
+def _snappy(data, limit: int) -> bytes:
+    if bytes(data[:8]) != XERIAL_MAGIC:
+        return _snappy_blocks([memoryview(data)], limit)
+    if len(data) < _XERIAL_HEADER.size:
+        raise DecompressionFailed("snappy: xerial header cut short")
+    blocks = []
+    pos, end = _XERIAL_HEADER.size, len(data)
+    while pos < end:
+        if pos + 4 > end:
+            raise DecompressionFailed(f"snappy: xerial block length cut short at byte {pos}")
+        (n,) = struct.unpack_from(">i", data, pos)
+        if n < 0 or pos + 4 + n > end:
+            raise DecompressionFailed(f"snappy: xerial block at byte {pos} claims {n} bytes, {end - pos - 4} left")
+        blocks.append(memoryview(data)[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    return _snappy_blocks(blocks, limit)
+
+
+def _snappy_blocks(blocks: list[memoryview], limit: int) -> bytes:
+    sizes = []
+    total = 0
+    for block in blocks:
+        n = cramjam.snappy.decompress_raw_len(block)
+        total += n
+        if total > limit:
+            raise DecompressedTooLarge(limit)
+        sizes.append(n)
+    out = bytearray(total)
+    view = memoryview(out)
+    pos = 0
+    for block, n in zip(blocks, sizes):
+        cramjam.snappy.decompress_raw_into(block, view[pos:pos + n])
+        pos += n
+    return bytes(out)
+
+
+def _lz4_frame(data, limit: int) -> bytes:
+    end = len(data)
+    if end < 7 or bytes(data[:4]) != LZ4_MAGIC:
+        raise DecompressionFailed("lz4: not an lz4 frame (bad magic number)")
+    flg, bd = data[4], data[5]
+    if flg >> 6 != 1:
+        raise DecompressionFailed(f"lz4: frame version {flg >> 6} is not 1")
+    if not flg & 0x20:
+        return _into_growing_buffer(cramjam.lz4.decompress_into, data, limit, 8 * end)
+    block_max = 1 << (2 * ((bd >> 4) & 7) + 8)
+    if block_max < _KAFKA_LZ4_BLOCK:
+        raise DecompressionFailed(f"lz4: invalid block size code {(bd >> 4) & 7}")
+    has_block_checksum = bool(flg & 0x10)
+    pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0) + 1  # + content size, dict id, HC
+    out = bytearray()
+    scratch = bytearray(block_max)
+    while True:
+        if pos + 4 > end:
+            raise DecompressionFailed("lz4: frame ends without an end mark")
+        (word,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if word == 0:
+            return bytes(out)
+        size = word & ~_LZ4_UNCOMPRESSED_BIT
+        if size > block_max or pos + size > end:
+            raise DecompressionFailed(f"lz4: block of {size} bytes at byte {pos - 4} does not fit")
+        block = memoryview(data)[pos:pos + size]
+        if word & _LZ4_UNCOMPRESSED_BIT:
+            produced = block
+        else:
+            n = cramjam.lz4.decompress_block_into(block, scratch)
+            produced = memoryview(scratch)[:n]
+        if len(out) + len(produced) > limit:
+            raise DecompressedTooLarge(limit)
+        out += produced
+        pos += size + (4 if has_block_checksum else 0)
+
+
+# --- compression, for building test frames -----------------------------------
+
+def compress(codec_id: int, data: bytes, *, xerial_snappy: bool = True,
+             legacy_lz4_checksum: bool = False) -> bytes:
+    """Compress as Kafka clients do: snappy xerial-framed (Java) or raw (librdkafka),
+    lz4 in Kafka's frame layout, optionally with the magic-0 header checksum."""
+    if codec_id == 1:
+        return bytes(cramjam.gzip.compress(data))
+    if codec_id == 2:
+        if not xerial_snappy:
+            return bytes(cramjam.snappy.compress_raw(data))
+        parts = [_XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
+        for i in range(0, len(data), _XERIAL_BLOCK_SIZE):
+            block = bytes(cramjam.snappy.compress_raw(data[i:i + _XERIAL_BLOCK_SIZE]))
+            parts += [struct.pack(">i", len(block)), block]
+        return b"".join(parts)
+    if codec_id == 3:
+        parts = [LZ4_MAGIC, bytes([_KAFKA_LZ4_FLG, _KAFKA_LZ4_BD, _KAFKA_LZ4_HC[legacy_lz4_checksum]])]
+        for i in range(0, len(data), _KAFKA_LZ4_BLOCK):
+            chunk = data[i:i + _KAFKA_LZ4_BLOCK]
+            block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
+            if len(block) >= len(chunk):
+                block, flag = chunk, _LZ4_UNCOMPRESSED_BIT
+            else:
+                flag = 0
+            parts += [struct.pack("<I", len(block) | flag), block]
+        parts.append(b"\0\0\0\0")
+        return b"".join(parts)
+    if codec_id == 4:
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"cannot compress with codec {codec_id}")
