@@ -65,7 +65,7 @@ def codec_name(codec_id: int) -> str:
     return CODEC_NAMES[codec_id] if 0 <= codec_id < len(CODEC_NAMES) else f"unknown({codec_id})"
 
 
-def decompress(codec_id: int, data, limit: int) -> bytes:
+def decompress(codec_id: int, data, limit: int) -> bytearray:
     """Decompress `data` (any buffer) with a Kafka codec; raise DecompressionFailed."""
     try:
         if codec_id == 1:
@@ -82,7 +82,7 @@ def decompress(codec_id: int, data, limit: int) -> bytes:
     raise DecompressionFailed(f"unknown compression codec {codec_id}")
 
 
-def _into_growing_buffer(decompress_into, data, limit: int, hint: int) -> bytes:
+def _into_growing_buffer(decompress_into, data, limit: int, hint: int) -> bytearray:
     size = min(limit, max(hint, _FIRST_GUESS_MIN))
     while True:
         out = bytearray(size)
@@ -93,12 +93,14 @@ def _into_growing_buffer(decompress_into, data, limit: int, hint: int) -> bytes:
                 raise
             if size >= limit:
                 raise DecompressedTooLarge(limit) from None
+            out = None  # free it before the next, larger try
             size = min(limit, size * 4)
             continue
-        return bytes(memoryview(out)[:n])
+        del out[n:]  # shrinks in place: no second copy of the output
+        return out
 
 
-def _snappy(data, limit: int) -> bytes:
+def _snappy(data, limit: int) -> bytearray:
     if bytes(data[:8]) != XERIAL_MAGIC:
         return _snappy_blocks([memoryview(data)], limit)
     if len(data) < _XERIAL_HEADER.size:
@@ -116,7 +118,7 @@ def _snappy(data, limit: int) -> bytes:
     return _snappy_blocks(blocks, limit)
 
 
-def _snappy_blocks(blocks: list[memoryview], limit: int) -> bytes:
+def _snappy_blocks(blocks: list[memoryview], limit: int) -> bytearray:
     sizes = []
     total = 0
     for block in blocks:
@@ -131,10 +133,10 @@ def _snappy_blocks(blocks: list[memoryview], limit: int) -> bytes:
     for block, n in zip(blocks, sizes):
         cramjam.snappy.decompress_raw_into(block, view[pos:pos + n])
         pos += n
-    return bytes(out)
+    return out
 
 
-def _lz4_frame(data, limit: int) -> bytes:
+def _lz4_frame(data, limit: int) -> bytearray:
     end = len(data)
     if end < 7 or bytes(data[:4]) != LZ4_MAGIC:
         raise DecompressionFailed("lz4: not an lz4 frame (bad magic number)")
@@ -156,7 +158,7 @@ def _lz4_frame(data, limit: int) -> bytes:
         (word,) = struct.unpack_from("<I", data, pos)
         pos += 4
         if word == 0:
-            return bytes(out)
+            return out
         size = word & ~_LZ4_UNCOMPRESSED_BIT
         if size > block_max or pos + size > end:
             raise DecompressionFailed(f"lz4: block of {size} bytes at byte {pos - 4} does not fit")

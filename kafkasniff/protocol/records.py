@@ -223,7 +223,7 @@ def _batch_records(buf, start: int, end: int, codec: int, limit: int, context: _
     except DecompressionFailed as exc:
         return Field("records", DECOMPRESSED_RECORDS, start, end - start, None, [],
                      f"decompression failed: {exc}")
-    records, note = _decode_record_list(data, 0, len(data), context, record_count)
+    records, note = _decode_record_list(memoryview(data), 0, len(data), context, record_count)
     note = DECOMPRESSED_NOTE if note is None else f"{DECOMPRESSED_NOTE}; {note}"
     return Field("records", DECOMPRESSED_RECORDS, start, end - start, data, records, note)
 
@@ -383,7 +383,7 @@ def _wrapper_contents(buf, start: int, end: int, codec: int, limit: int, magic: 
     except DecompressionFailed as exc:
         return Field("messages", DECOMPRESSED_MESSAGES, start, end - start, None, [],
                      f"decompression failed: {exc}")
-    inner = _decode_items(data, 0, len(data), limit, partial_ok=False, nested=True)
+    inner = _decode_items(memoryview(data), 0, len(data), limit, partial_ok=False, nested=True)
     messages = [m for m in inner if m.type == "Message"]
     if magic == 1 and messages:
         # Inner offsets of a magic-1 wrapper are relative; the wrapper holds the last absolute one.

@@ -57,12 +57,17 @@ def encode_record_batch(records: list[Record], *, base_offset: int = 0, codec: s
                         has_delete_horizon: bool = False, base_timestamp: int = 0,
                         max_timestamp: int | None = None, producer_id: int = -1,
                         producer_epoch: int = -1, base_sequence: int = -1,
-                        record_count: int | None = None, xerial_snappy: bool = True) -> bytes:
+                        record_count: int | None = None, xerial_snappy: bool = True,
+                        compressed_payload: bytes | None = None) -> bytes:
+    """`compressed_payload`, when given, is written as the records bytes instead of `records`."""
     deltas = [i if r.offset_delta is None else r.offset_delta for i, r in enumerate(records)]
-    payload = b"".join(encode_record(r, d) for r, d in zip(records, deltas))
     codec_id = CODEC_IDS[codec]
-    if codec_id:
-        payload = compress(codec_id, payload, xerial_snappy=xerial_snappy)
+    if compressed_payload is not None:
+        payload = compressed_payload
+    else:
+        payload = b"".join(encode_record(r, d) for r, d in zip(records, deltas))
+        if codec_id:
+            payload = compress(codec_id, payload, xerial_snappy=xerial_snappy)
     attributes = (codec_id | log_append_time << 3 | is_transactional << 4 | is_control << 5
                   | has_delete_horizon << 6)
     if max_timestamp is None:

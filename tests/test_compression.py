@@ -1,0 +1,136 @@
+"""Kafka codecs: every framing real clients write, and the bound on decompressed bytes."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cramjam
+import lz4.frame
+import pytest
+from kafka import codec as kafka_python_codec
+
+from kafkasniff.protocol.compression import (
+    CODEC_IDS, DecompressedTooLarge, DecompressionFailed, MiB, compress, decompress)
+
+REPO = Path(__file__).resolve().parents[1]
+# 300 KB of text that compresses about 10:1, spanning several lz4 and xerial blocks.
+PAYLOAD = b"".join(b"record %06d: some repetitive kafka payload\n" % i for i in range(7000))
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_own_compression_round_trips(codec):
+    compressed = compress(CODEC_IDS[codec], PAYLOAD)
+    assert len(compressed) < len(PAYLOAD) // 4
+    assert decompress(CODEC_IDS[codec], compressed, 64 * MiB) == PAYLOAD
+
+
+def test_snappy_xerial_framing_and_raw_blocks():
+    xerial = compress(2, PAYLOAD)
+    assert xerial[:16] == b"\x82SNAPPY\x00" + b"\0\0\0\x01" + b"\0\0\0\x01"
+    raw = compress(2, PAYLOAD, xerial_snappy=False)
+    assert raw[:1] != b"\x82"
+    assert decompress(2, xerial, 64 * MiB) == PAYLOAD
+    assert decompress(2, raw, 64 * MiB) == PAYLOAD
+
+
+def test_kafka_python_codecs_decode():
+    """Frames as kafka-python writes them: xerial snappy, lz4 with content size (python-lz4), zstd."""
+    assert decompress(1, kafka_python_codec.gzip_encode(PAYLOAD), 64 * MiB) == PAYLOAD
+    assert decompress(2, kafka_python_codec.snappy_encode(PAYLOAD), 64 * MiB) == PAYLOAD
+    framed = kafka_python_codec.lz4_encode(PAYLOAD)
+    assert framed[4] & 0x08  # content size present: the descriptor is 8 bytes longer
+    assert decompress(3, framed, 64 * MiB) == PAYLOAD
+    assert decompress(4, kafka_python_codec.zstd_encode(PAYLOAD), 64 * MiB) == PAYLOAD
+
+
+def test_lz4_with_block_and_content_checksums():
+    framed = lz4.frame.compress(PAYLOAD, block_linked=False, block_checksum=True,
+                                content_checksum=True, block_size=lz4.frame.BLOCKSIZE_MAX256KB)
+    assert decompress(3, framed, 64 * MiB) == PAYLOAD
+
+
+def test_lz4_linked_blocks_go_to_cramjam_frame_decoder():
+    framed = bytes(cramjam.lz4.compress(PAYLOAD))
+    assert not framed[4] & 0x20  # cramjam links blocks by default
+    assert decompress(3, framed, 64 * MiB) == PAYLOAD
+
+
+def test_lz4_legacy_header_checksum_is_accepted():
+    """Magic-0 producers hashed magic number + descriptor; the standard HC hashes the descriptor only."""
+    standard = compress(3, PAYLOAD)
+    legacy = compress(3, PAYLOAD, legacy_lz4_checksum=True)
+    assert standard[:7] == bytes.fromhex("04224d18604082")
+    assert legacy[:7] == bytes.fromhex("04224d1860401a")
+    assert bytes(cramjam.lz4.decompress(standard)) == PAYLOAD
+    with pytest.raises(cramjam.DecompressionError, match="headerChecksum"):
+        cramjam.lz4.decompress(legacy)
+    assert decompress(3, legacy, 64 * MiB) == PAYLOAD
+
+
+def test_exact_limit_is_allowed_one_byte_less_is_not():
+    for codec in (1, 2, 3, 4):
+        compressed = compress(codec, PAYLOAD)
+        assert decompress(codec, compressed, len(PAYLOAD)) == PAYLOAD
+        with pytest.raises(DecompressedTooLarge, match=f"exceeds {len(PAYLOAD) - 1} bytes limit"):
+            decompress(codec, compressed, len(PAYLOAD) - 1)
+
+
+@pytest.mark.parametrize("codec, damage", [
+    (1, lambda b: b[:len(b) // 2]),
+    (2, lambda b: b[:16] + b"\x7f\xff\xff\xff"),
+    (3, lambda b: b[:-4]),
+    (3, lambda b: b"\x00" + b[1:]),
+    (4, lambda b: b[:len(b) // 2]),
+    (5, lambda b: b),
+])
+def test_damaged_input_raises_decompression_failed(codec, damage):
+    with pytest.raises(DecompressionFailed) as info:
+        decompress(codec, damage(compress(min(codec, 4), PAYLOAD)), 64 * MiB)
+    assert not isinstance(info.value, DecompressedTooLarge)
+
+
+BOMB_SCRIPT = textwrap.dedent("""
+    import resource, sys
+    import cramjam
+    from kafkasniff.protocol.compression import compress, MiB
+    from kafkasniff.protocol.records import decode_records
+    from kafkasniff.protocol.records_encoder import Record, encode_record_batch
+
+    codec = sys.argv[1]
+    zeros = bytes(MiB)
+    # 200 MiB of zeros, made cheaply: gzip members and zstd frames concatenate; lz4 and
+    # xerial snappy repeat their blocks.
+    if codec == "gzip":
+        bomb = bytes(cramjam.gzip.compress(zeros)) * 200
+    elif codec == "zstd":
+        bomb = bytes(cramjam.zstd.compress(zeros)) * 200
+    elif codec == "snappy":
+        one = compress(2, zeros)
+        bomb = one[:16] + one[16:] * 200
+    else:
+        one = compress(3, zeros)
+        bomb = one[:7] + one[7:-4] * 200 + one[-4:]
+    buf = (encode_record_batch([], codec=codec, record_count=1, compressed_payload=bomb)
+           + encode_record_batch([Record(value=b"after the bomb")], base_offset=1))
+    del zeros
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    items = decode_records(buf, 0, len(buf))
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(items[0]["records"].note)
+    print(items[1].value["record_count"], items[1]["records"].children[0].value["value"].decode())
+    print((after - before) // 1024)
+""")
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd", "snappy", "lz4"])
+def test_decompression_bomb_stops_at_the_bound(codec):
+    """200 MiB of zeros against the 64 MiB default bound, in a fresh process so the peak RSS is its own."""
+    out = subprocess.run([sys.executable, "-c", BOMB_SCRIPT, codec], capture_output=True, text=True,
+                         timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    note, after_bomb, peak_growth_mib = out.stdout.splitlines()
+    assert note == "decompressed size exceeds 64 MiB limit; records not shown"
+    assert after_bomb == "1 after the bomb"
+    assert int(peak_growth_mib) <= 64 + 8
