@@ -1,0 +1,149 @@
+"""Cut one direction of a TCP stream into Kafka frames (4-byte big-endian size + payload).
+
+Sans-I/O: feed bytes (and gaps) in stream order, get `Frame`s and `Skipped`
+notices back. While in sync, every frame follows the previous one. After a gap
+in the stream, or when a capture starts mid-connection, the framer is out of
+sync: it scans forward for the first position where `plausible(buf, pos, size)`
+accepts a frame, and reports how many bytes it skipped to get there.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+DEFAULT_MAX_FRAME = 100 * 1024 * 1024
+MIN_FRAME = 4  # a response header alone is 4 bytes
+# How long an out-of-sync scan waits on a candidate frame before trying the next offset.
+SCAN_WINDOW = 1 << 20
+
+# plausible(buf, start, end, complete): may the frame whose payload starts at buf[start] be real?
+# buf[start:end] is what has arrived of it; complete says whether that is the whole payload.
+# True or False, or None when it cannot tell before more bytes arrive.
+Plausible = Callable[[bytearray, int, int, bool], "bool | None"]
+
+
+class Frame(NamedTuple):
+    payload: bytes        # the frame without its size prefix
+    stream_offset: int    # where the size prefix starts in the direction's byte stream
+    ts: float             # time of the segment that completed the frame
+    first_ts: float       # time of the segment that carried its first byte
+
+
+class Skipped(NamedTuple):
+    stream_offset: int
+    size: int
+    reason: str
+
+
+def _size_at(buf: bytearray, pos: int) -> int:
+    return int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+
+
+class Framer:
+    """Frames for one direction of one connection."""
+
+    def __init__(self, plausible: Plausible, max_frame: int = DEFAULT_MAX_FRAME, synced: bool = True):
+        self.plausible = plausible
+        self.max_frame = max_frame
+        self.synced = synced
+        self.buf = bytearray()
+        self.buf_offset = 0                  # stream offset of buf[0]
+        self.first_ts: float | None = None
+        # Where the current unsynced run began, and why we are out of sync.
+        self.skip_start: int | None = None if synced else 0
+        self.skip_reason = "" if synced else "capture started mid-connection; resynchronised"
+        self.out: list = []
+
+    def feed(self, data: bytes, ts: float) -> list:
+        if not self.buf:
+            self.first_ts = ts
+        self.buf += data
+        self._cut(ts)
+        return self._take()
+
+    def gap(self, size: int, ts: float, reason: str = "bytes missing from the capture") -> list:
+        """Bytes of the stream that were never captured: whatever frame was open is lost."""
+        self._lose(len(self.buf), "partial frame lost in a gap" if self.synced else self.skip_reason)
+        self.out.append(Skipped(self.buf_offset, size, reason))
+        self.buf_offset += size
+        self._unsync("resynchronised after a gap")
+        return self._take()
+
+    def close(self) -> list:
+        """The direction ended: report bytes that never completed a frame."""
+        if self.synced and len(self.buf) >= 4:
+            reason = f"stream ended inside a frame ({len(self.buf) - 4} of {_size_at(self.buf, 0)} bytes)"
+        else:
+            reason = self.skip_reason or "stream ended before a frame boundary"
+        self._lose(len(self.buf), reason)
+        return self._take()
+
+    def _take(self) -> list:
+        out, self.out = self.out, []
+        return out
+
+    def _unsync(self, reason: str) -> None:
+        self.synced = False
+        self.skip_start = self.buf_offset
+        self.skip_reason = reason
+
+    def _lose(self, n: int, reason: str) -> None:
+        """Drop the first n buffered bytes (and any unsynced run before them) as skipped."""
+        start = self.skip_start if self.skip_start is not None else self.buf_offset
+        end = self.buf_offset + n
+        if end > start:
+            self.out.append(Skipped(start, end - start, reason))
+        del self.buf[:n]
+        self.buf_offset = end
+        self.skip_start = None if self.synced else end
+
+    def _cut(self, ts: float) -> None:
+        buf = self.buf
+        pos = 0
+        n = len(buf)
+        while True:
+            if not self.synced:
+                found, scanned = self._resync(pos)
+                if not found:
+                    pos = scanned
+                    break
+                start = self.skip_start
+                if start is not None and self.buf_offset + scanned > start:
+                    self.out.append(Skipped(start, self.buf_offset + scanned - start, self.skip_reason))
+                self.skip_start = None
+                self.synced = True
+                pos = scanned
+            if n - pos < 4:
+                break
+            size = _size_at(buf, pos)
+            if size < MIN_FRAME or size > self.max_frame:
+                self.synced = False
+                self.skip_start = self.buf_offset + pos
+                self.skip_reason = f"implausible frame size {size}; resynchronised"
+                continue
+            if n - pos - 4 < size:
+                break
+            self.out.append(Frame(bytes(buf[pos + 4:pos + 4 + size]), self.buf_offset + pos, ts,
+                                  self.first_ts if pos == 0 else ts))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+            self.buf_offset += pos
+            self.first_ts = ts
+
+    def _resync(self, pos: int) -> tuple[bool, int]:
+        """(True, p) for the first plausible frame at p >= pos, or (False, p) to wait for more bytes at p."""
+        buf = self.buf
+        n = len(buf)
+        max_frame = self.max_frame
+        plausible = self.plausible
+        while pos + 8 <= n:
+            size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+            if MIN_FRAME <= size <= max_frame:
+                verdict = plausible(buf, pos + 4, min(n, pos + 4 + size), n >= pos + 4 + size)
+                if verdict:
+                    return True, pos
+                if verdict is None and n - pos < SCAN_WINDOW:
+                    return False, pos  # undecided until more of the candidate frame arrives
+            pos += 1
+        return False, pos
