@@ -385,9 +385,11 @@ def _wrapper_contents(buf, start: int, end: int, codec: int, limit: int, magic: 
                      f"decompression failed: {exc}")
     inner = _decode_items(memoryview(data), 0, len(data), limit, partial_ok=False, nested=True)
     messages = [m for m in inner if m.type == "Message"]
-    if magic == 1 and messages:
-        # Inner offsets of a magic-1 wrapper are relative; the wrapper holds the last absolute one.
-        shift = wrapper_offset - messages[-1].value["offset"]
+    shift = wrapper_offset - messages[-1].value["offset"] if magic == 1 and messages else -1
+    if shift >= 0:
+        # Inner offsets of a magic-1 wrapper are relative and the wrapper holds the last absolute
+        # one; like Kafka, keep them as they are when that would make offsets negative (some
+        # producers write wrapper offset 0).
         for m in messages:
             m.value["offset"] += shift
             m.value["base_offset"] = m.value["offset"]
