@@ -130,6 +130,9 @@ class TcpReassembler:
         self._closed_order: deque[tuple[float, tuple]] = deque()
         self._next_stream = 0
         self._now = 0.0
+        self._waiting: dict[_ConnectionState, None] = {}  # connections holding out-of-order bytes
+        self._sweep_every = min(1.0, max_wait)
+        self._next_sweep = 0.0
 
     @property
     def open_connections(self) -> int:
@@ -179,6 +182,18 @@ class TcpReassembler:
                 self._end_direction_at_fin(state, direction, half, events)
         if state.halves[0].pending or state.halves[1].pending:
             self._enforce_bounds(state, events)
+            if state.halves[0].pending or state.halves[1].pending:
+                self._waiting[state] = None
+        if ts >= self._next_sweep:
+            self._sweep(events)
+        return events
+
+    def tick(self, now: float) -> list[Event]:
+        """Let capture time pass without traffic (live capture): holes waiting longer than
+        `max_wait` are given up."""
+        events: list[Event] = []
+        self._now = max(self._now, now)
+        self._sweep(events)
         return events
 
     def flush(self) -> list[Event]:
@@ -293,6 +308,13 @@ class TcpReassembler:
         half.next = hole_end
         self._release(conn, direction, half, ts, events)
 
+    def _sweep(self, events) -> None:
+        self._next_sweep = self._now + self._sweep_every
+        for state in list(self._waiting):
+            self._enforce_bounds(state, events)
+            if not (state.halves[0].pending or state.halves[1].pending):
+                self._waiting.pop(state, None)
+
     def _enforce_bounds(self, state, events) -> None:
         now = self._now
         for direction, half in enumerate(state.halves):
@@ -314,6 +336,8 @@ class TcpReassembler:
         if state.keys[0] not in self._table:
             return
         conn, now = state.conn, self._now
+        if reason == END_CAPTURE and state.halves[0].fin is not None and state.halves[1].fin is not None:
+            reason = END_FIN  # both sides closed; only holes kept it waiting
         for direction, half in enumerate(state.halves):
             if half.ended:
                 continue
@@ -326,6 +350,7 @@ class TcpReassembler:
                 half.ended = True
                 events.append(StreamEnd(conn, direction, END_FIN, now))
         events.append(StreamEnd(conn, BOTH, reason, now))
+        self._waiting.pop(state, None)
         for key in state.keys:
             del self._table[key]
             self._closed[key] = now
