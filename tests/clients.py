@@ -110,14 +110,15 @@ def produce_kafka_python(bootstrap: str, topic: str, messages: Iterable[Message]
         producer.close()
 
 
-def consume_kafka_python(bootstrap: str, topic: str, count: int,
-                         api_version: tuple[int, ...] | None = None) -> list[Consumed]:
+def consume_kafka_python(bootstrap: str, topic: str, count: int, api_version: tuple[int, ...] | None = None,
+                         read_committed: bool = False) -> list[Consumed]:
     """Read `count` messages from the start of every partition of `topic`, without a group."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", fetch_max_bytes=LARGE_MESSAGE_LIMIT,
                              max_partition_fetch_bytes=LARGE_MESSAGE_LIMIT,
+                             isolation_level="read_committed" if read_committed else "read_uncommitted",
                              **_kafka_python_options(api_version))
     try:
         deadline = time.monotonic() + CONSUME_TIMEOUT_S

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import struct
 import subprocess
+import sys
+from pathlib import Path
 
+import dpkt
 import pytest
 
 from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER, TansuBroker, find_tansu, split_frames
+from capture_manifest import capture_names, decode_bytes, load_capture, matches_bytes
 from clients import Message, consume_kafka_python, produce_kafka_python
 
 API_VERSIONS = 18
@@ -103,3 +108,90 @@ def test_metadata_through_the_proxy_advertises_the_proxy_port(recorded_broker):
     for response in metadata_responses:
         assert proxy_host_and_port in response
         assert broker_port not in response
+
+
+# --- the committed captures and their manifests ------------------------------
+
+def _load_recorder():
+    spec = importlib.util.spec_from_file_location("record_captures", ROOT / "tools" / "record_captures.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+ROOT = Path(__file__).resolve().parents[1]
+recorder = _load_recorder()
+CAPTURES = capture_names()
+PRODUCED_PER_SCENARIO = {
+    "kafka_python_codecs": 40, "confluent_codecs": 41, "aiokafka_codecs": 40, "consumer_group": 6,
+    "admin": 0, "transactions": 12, "kafka_python_api_versions": 20, "port_19092": 6,
+}
+
+
+def tcp_payloads(pcap: Path, port: int) -> tuple[bytes, bytes, int]:
+    """(bytes clients sent, bytes the broker sent, packet count), payloads joined in file order.
+
+    Loopback captures carry no retransmissions, so joining per direction is enough for a
+    substring check; this is an oracle for the tests, not the project's reassembly.
+    """
+    to_broker, to_client, packets = [], [], 0
+    with pcap.open("rb") as handle:
+        for _, frame in dpkt.pcap.Reader(handle):
+            packets += 1
+            segment = dpkt.ethernet.Ethernet(frame).data.data
+            (to_broker if segment.dport == port else to_client).append(bytes(segment.data))
+    return b"".join(to_broker), b"".join(to_client), packets
+
+
+def test_every_scenario_has_a_committed_capture():
+    assert CAPTURES == sorted(scenario.name for scenario in recorder.SCENARIOS)
+    assert sorted(PRODUCED_PER_SCENARIO) == CAPTURES
+    readme = (ROOT / "captures" / "README.md").read_text()
+    assert all(f"`{name}.pcap`" in readme for name in CAPTURES)
+    assert sum((ROOT / "captures" / f"{name}.pcap").stat().st_size for name in CAPTURES) < 15_000_000
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_manifest_matches_its_pcap_and_scenario(name):
+    capture = load_capture(name)
+    manifest = capture.manifest
+    assert manifest["capture"]["dropped_by_kernel"] == 0
+    assert capture.pcap.stat().st_size == manifest["capture"]["bytes"]
+    to_broker, to_client, packets = tcp_payloads(capture.pcap, capture.port)
+    assert packets == manifest["capture"]["packets"] > 0
+
+    produced = capture.produced()
+    assert len(produced) == PRODUCED_PER_SCENARIO[name]
+    for record in produced:
+        if record.codec == "none" and record.value is not None and len(record.value) >= 8:
+            assert record.value in to_broker  # in a Produce request
+            assert record.value in to_client  # in a Fetch response
+
+    # Every message came back once per consumer, at the offset the producer was given.
+    by_position = {(r.topic, r.partition, r.offset): r for r in produced}
+    consumed = manifest["consumed"]
+    assert sorted((c["topic"], c["partition"], c["offset"]) for c in consumed) == sorted(by_position)
+    for entry in consumed:
+        record = by_position[entry["topic"], entry["partition"], entry["offset"]]
+        assert decode_bytes(entry["key"]) == record.key
+        assert matches_bytes(entry["value"], record.value)
+        assert tuple((h["key"], decode_bytes(h["value"])) for h in entry["headers"]) == record.headers
+
+
+@pytest.mark.parametrize("name, client, null_header_value", [
+    ("kafka_python_codecs", "kafka-python", False),
+    ("confluent_codecs", "confluent-kafka", True),
+    ("aiokafka_codecs", "aiokafka", True),
+])
+def test_codec_captures_hold_the_fixed_sample_messages(name, client, null_header_value):
+    capture = load_capture(name)
+    produced = capture.produced()
+    for codec in recorder.CODECS:
+        expected = recorder.sample_messages(f"{client} {codec}", null_header_value)
+        if name == "confluent_codecs" and codec == "none":
+            expected.append(recorder.large_message())
+        sent = [(r.key, r.value, r.headers, r.partition) for r in produced if r.codec == codec]
+        assert sent == [(m.key, m.value, m.headers, m.partition) for m in expected]
+    large = [r.value for r in produced if r.value is not None and len(r.value) >= 1_048_576]
+    assert [len(value) for value in large] == ([1_048_600] if name == "confluent_codecs" else [])
