@@ -12,6 +12,12 @@ from rich.table import Table
 from kafkasniff.protocol.schema import apis, version_range
 
 
+def make_console(stderr: bool = False) -> Console:
+    """Rich console; when output goes to a file or pipe, wide enough not to fold lines."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, width=None if stream.isatty() else 200)
+
+
 def fail(message: str) -> None:
     """One clear line on stderr, exit status 2."""
     click.echo(f"kafkasniff: {message}", err=True)
@@ -42,7 +48,7 @@ def apis_command(as_json: bool) -> None:
     for a in listing:
         table.add_row(str(a["api_key"]), a["name"], "v{}-v{}".format(*a["request_versions"]),
                       "v{}-v{}".format(*a["response_versions"]))
-    Console().print(table)
+    make_console().print(table)
 
 
 @main.command("explain")
@@ -89,4 +95,13 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
     if as_json:
         click.echo(json.dumps(explanation_json(ident, data), indent=1))
     else:
-        print_explanation(Console(), ident, data, None if full else 64)
+        print_explanation(make_console(), ident, data, None if full else 64)
+
+
+def _register_commands() -> None:
+    from kafkasniff.commands.decode import decode_command
+
+    main.add_command(decode_command)
+
+
+_register_commands()

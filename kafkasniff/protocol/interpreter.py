@@ -34,7 +34,7 @@ FIXED_READERS = {
     "uuid": p.read_uuid,
 }
 # Kafka's own parser rejects these; an analyzer shows what is on the wire and flags it.
-NOT_NULLABLE = "null, though the schema does not allow null at this version"
+NOT_NULLABLE = "not nullable at this version"
 _INDEX_NAMES = [f"[{i}]" for i in range(4096)]
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Iterator, NamedTuple
 
 from kafkasniff.protocol.fields import Field
+from kafkasniff.protocol.records import DECOMPRESSED_MESSAGES, DECOMPRESSED_RECORDS
 from kafkasniff.render.values import show_value
 
 # Containers whose children are decoded from other bytes (decompressed records):
 # their offsets do not point into the frame, so the container is one opaque row.
-DETACHED_TYPES = frozenset({"DecompressedRecords"})
+DETACHED_TYPES = frozenset({DECOMPRESSED_RECORDS, DECOMPRESSED_MESSAGES})
 
 _PREFIX_LABELS = {"tagged_fields": "tag count / tag header", "records": "length prefix"}
 
@@ -46,6 +47,11 @@ def rows(f: Field, parent: str = "", limit: int | None = 64) -> Iterator[Row]:
     path = join_path(parent, f.name)
     if f.children is None or f.type in DETACHED_TYPES:
         yield Row(f.offset, f.length, path, f.type, show_value(f, limit))
+        return
+    if f.children and f.children[0].type == "bits":
+        # Flags packed into one integer share its bytes: one row, the flags in its value.
+        flags = ", ".join(f"{c.name}={c.note or c.value}" for c in f.children)
+        yield Row(f.offset, f.length, path, f.type, f"{f.value} ({flags})")
         return
     cursor = f.offset
     for child in sorted(f.children, key=lambda c: c.offset):

@@ -10,7 +10,7 @@ from kafkasniff.protocol.identify import Identification
 from kafkasniff.render.bytemap import Row, rows, uncovered
 from kafkasniff.render.values import json_value
 
-HEX_SHOWN = 16
+HEX_SHOWN = 8
 
 
 def message_rows(ident: Identification, data: bytes, limit: int | None) -> list[Row]:
@@ -55,8 +55,9 @@ def print_explanation(console: Console, ident: Identification, data: bytes, limi
             more = f" and {len(ident.alternatives) - 12} more" if len(ident.alternatives) > 12 else ""
             console.print(f"[dim]also fits: {shown}{more} (pick one with --api-key/--api-version)[/dim]")
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for col in ("offset", "bytes", "field", "type", "value"):
-        table.add_column(col, overflow="fold")
+    for col in ("offset", "bytes", "field", "type"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("value", overflow="fold", min_width=20)
     for r in message_rows(ident, data, limit):
         span = str(r.offset) if r.length <= 1 else f"{r.offset}-{r.offset + r.length - 1}"
         table.add_row(span, hex_of(data, r), r.path, r.type, r.value)

@@ -22,6 +22,7 @@ from kafkasniff.protocol.interpreter import RecordsExpander
 from kafkasniff.protocol.messages import Message, decode_request, decode_response_for_request
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, Frame, Framer, Skipped
+from kafkasniff.stream.tcp import Endpoint
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # How much of an unidentified connection we look at before deciding it is not Kafka.
@@ -31,12 +32,9 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
-class Endpoint(tuple):
-    """(ip, port) with the text form users read."""
-
-    def __str__(self) -> str:
-        ip, port = self
-        return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+def endpoint_text(endpoint: Endpoint) -> str:
+    ip, port = endpoint
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 class Connection:

@@ -1,0 +1,75 @@
+"""TCP segments in, Kafka events out: reassembly, then one Session per connection.
+
+Used alike by `decode` (segments from a file), `sniff` (segments from an
+interface) and the Spark pipeline (segments of one connection per task).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from kafkasniff.capture.packets import TcpSegment
+from kafkasniff.protocol.interpreter import RecordsExpander
+from kafkasniff.stream import tcp
+from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
+from kafkasniff.stream.session import NoticeEvent, Session
+
+
+class Analyzer:
+    def __init__(self, expand_records: RecordsExpander | None = None, port_hints: Iterable[int] = (),
+                 max_frame: int = DEFAULT_MAX_FRAME, reassembler: tcp.TcpReassembler | None = None):
+        self.expand_records = expand_records
+        self.port_hints = frozenset(port_hints)
+        self.max_frame = max_frame
+        self.tcp = reassembler or tcp.TcpReassembler()
+        self.sessions: dict[int, Session] = {}
+        self.gaps = 0
+        self.gap_bytes = 0
+
+    def feed(self, segment: TcpSegment) -> list:
+        return self._handle(self.tcp.feed(segment))
+
+    def finish(self) -> list:
+        """The capture is over: flush holes and half-finished frames of every connection."""
+        return self._handle(self.tcp.flush())
+
+    def run(self, segments: Iterable[TcpSegment]) -> Iterator:
+        for segment in segments:
+            yield from self._handle(self.tcp.feed(segment))
+        yield from self.finish()
+
+    def _client_side(self, conn: tcp.Connection) -> int | None:
+        if conn.b.port in self.port_hints:
+            return 0
+        if conn.a.port in self.port_hints:
+            return 1
+        return None
+
+    def _handle(self, tcp_events: list) -> list:
+        out = []
+        for ev in tcp_events:
+            kind = type(ev)
+            if kind is tcp.StreamData:
+                session = self.sessions.get(ev.conn.stream)
+                if session is not None:
+                    out += session.data(ev.direction, ev.data, ev.ts)
+            elif kind is tcp.ConnectionOpened:
+                from_start = ev.client_guess is not None
+                self.sessions[ev.conn.stream] = Session(
+                    ev.conn.stream, (ev.conn.a, ev.conn.b), client_side=self._client_side(ev.conn),
+                    from_start=(from_start, from_start), expand_records=self.expand_records,
+                    max_frame=self.max_frame)
+            elif kind is tcp.Gap:
+                self.gaps += 1
+                self.gap_bytes += ev.size
+                session = self.sessions.get(ev.conn.stream)
+                if session is not None:
+                    out += session.gap(ev.direction, ev.size, ev.ts)
+            elif kind is tcp.StreamEnd and ev.direction == tcp.BOTH:
+                session = self.sessions.pop(ev.conn.stream, None)
+                if session is not None:
+                    out += session.end(ev.ts)
+        for ev in out:
+            if type(ev) is NoticeEvent and not ev.ts:
+                ev.ts = tcp_events[-1].ts if tcp_events else 0.0
+        return out
