@@ -94,6 +94,10 @@ class TansuBroker:
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.advertised_port or self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
     def start(self) -> TansuBroker:
         # A free port can be taken between probing and binding; retry then.
         attempts = 1 if self._fixed_port else 3
@@ -182,7 +186,7 @@ class RecordedConnection:
     client_address: tuple[str, int]
     chunks: list[Chunk] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _open_directions: int = 2
+    _open_directions: int = field(default=2, repr=False)
 
     def add(self, direction: str, data: bytes) -> None:
         with self._lock:

@@ -185,10 +185,18 @@ def admin_kafka_python(bootstrap: str, topics: list[str], group_id: str | None =
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+
+    def create_topics() -> list[str]:
+        admin.create_topics([NewTopic(name, partitions, 1, topic_configs={"retention.ms": "3600000"})
+                             for name in topics])
+        return sorted(topics)
+
+    def delete_topics() -> list[str]:
+        admin.delete_topics(topics)
+        return sorted(topics)
+
     calls = [
-        ("create_topics", lambda: admin.create_topics(
-            [NewTopic(name, partitions, 1, topic_configs={"retention.ms": "3600000"}) for name in topics])
-         and sorted(topics)),
+        ("create_topics", create_topics),
         ("list_topics", lambda: sorted(set(admin.list_topics()) & set(topics))),
         ("describe_topics", lambda: sorted((t["name"], len(t["partitions"])) for t in admin.describe_topics(topics))),
         ("describe_configs", lambda: {name: sorted(configs) for name, configs in admin.describe_configs(
@@ -202,7 +210,7 @@ def admin_kafka_python(bootstrap: str, topics: list[str], group_id: str | None =
             ("list_group_offsets", lambda: sorted((tp.topic, tp.partition, committed.offset)
                                                   for tp, committed in admin.list_group_offsets(group_id)[group_id].items())),
         ]
-    calls.append(("delete_topics", lambda: admin.delete_topics(topics) and sorted(topics)))
+    calls.append(("delete_topics", delete_topics))
     try:
         return {name: _outcome(call) for name, call in calls}
     finally:

