@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from kafkasniff.protocol import quirks
+from kafkasniff.protocol.embedded import expand_embedded
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.interpreter import RecordsExpander, decode_struct
 from kafkasniff.protocol.primitives import read_int16
@@ -66,7 +67,9 @@ def _decode_body(msg: Message, buf, pos: int, end: int, expand_records: RecordsE
     msg.body = body
     if err is not None:
         msg.malformed = Malformed(err.offset, err.reason)
-    elif body.end < end:
+        return
+    expand_embedded(msg, buf)
+    if body.end < end:
         msg.trailing = Field("_trailing", "bytes", body.end, end - body.end, bytes(buf[body.end:end]), None,
                              f"{end - body.end} bytes after the end of the body")
 
