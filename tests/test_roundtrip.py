@@ -54,8 +54,8 @@ def make_value(enc: Encoder, f: dict, r: random.Random, depth: int):
 
 def plain(field):
     """Decoded Field -> the same shape of values the encoder takes."""
-    if field.children is None:
-        return field.value
+    if field.children is None or field.type in ("bytes", "records"):
+        return field.value  # raw bytes, even where embedded content was decoded too
     if field.type.startswith("[]"):
         return [plain(c) for c in field.children]
     out = {}
