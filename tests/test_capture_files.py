@@ -1,0 +1,459 @@
+"""Capture files and link layers: the recorded loopback exchange re-encapsulated and rewritten
+into every supported format, and damaged or wrong files.
+
+The reference is what the recorded Ethernet pcap yields; each variant must give the same
+TCP segments (same addresses unless the variant changes them, same sequence numbers and
+payload bytes), and reassemble to the exact byte streams.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+
+import dpkt
+import pytest
+
+from kafkasniff.capture.files import CaptureError, open_capture
+from kafkasniff.capture.packets import ACK, SYN, FrameParser
+from test_tcp_reassembly import (
+    CLIENT_BYTES,
+    EXCHANGE_PCAP,
+    SERVER_BYTES,
+    SERVER_PORT,
+    assert_whole_exchange,
+    exchange_frames,
+    reassemble_file,
+    tcp_of,
+    write_pcap,
+)
+
+ETHERTYPE_IPV4 = b"\x08\x00"
+
+
+def segments_of(path):
+    with open_capture(path) as reader:
+        segments = [s._replace(payload=bytes(s.payload)) for s in reader.segments()]
+        assert reader.warnings == []
+        assert dict(reader.skipped) == {}
+    return segments
+
+
+REFERENCE = segments_of(EXCHANGE_PCAP)
+
+
+def same_segments(segments, reference=REFERENCE) -> None:
+    """Equal to the reference segments, timestamps to the microsecond."""
+    assert len(segments) == len(reference)
+    for got, want in zip(segments, reference):
+        assert got.ts == pytest.approx(want.ts, abs=1e-6)
+        assert got._replace(ts=0) == want._replace(ts=0)
+
+
+def write_records(path, records, linktype=dpkt.pcap.DLT_EN10MB, big_endian=False, nano=False):
+    """A pcap from (ts, frame, original length) records, in either byte order."""
+    file_header = dpkt.pcap.FileHdr if big_endian else dpkt.pcap.LEFileHdr
+    record_header = dpkt.pcap.PktHdr if big_endian else dpkt.pcap.LEPktHdr
+    magic = dpkt.pcap.TCPDUMP_MAGIC_NANO if nano else dpkt.pcap.TCPDUMP_MAGIC
+    with open(path, "wb") as out:
+        out.write(bytes(file_header(magic=magic, snaplen=262144, linktype=linktype)))
+        for ts, frame, wire_len in records:
+            micros = round(ts * 1e6)
+            fraction = micros % 10**6 * 1000 + 123 if nano else micros % 10**6
+            out.write(bytes(record_header(tv_sec=micros // 10**6, tv_usec=fraction,
+                                          caplen=len(frame), len=wire_len)))
+            out.write(frame)
+    return path
+
+
+# ---------------------------------------------------------------- the real capture
+
+
+def test_loopback_frames_beyond_65535_bytes_are_read_whole():
+    with open_capture(EXCHANGE_PCAP) as reader:
+        assert (reader.format, reader.compressed) == ("pcap", False)
+        frames = list(reader.frames())
+        assert reader.position == reader.total_size == os.path.getsize(EXCHANGE_PCAP)
+    assert len(frames) == 20
+    big = [(len(frame), wire_len) for _ts, _lt, frame, wire_len in frames if wire_len > 65535]
+    assert big == [(65549, 65549)]
+    assert max(len(s.payload) for s in REFERENCE) == 65483
+    assert_whole_exchange(reassemble_file(EXCHANGE_PCAP))
+
+
+def test_segment_fields_of_the_handshake():
+    syn, syn_ack = REFERENCE[0], REFERENCE[1]
+    assert (syn.src, syn.dst, syn.dport, syn.flags, syn.payload, syn.missing) == (
+        "127.0.0.1", "127.0.0.1", SERVER_PORT, SYN, b"", 0)
+    assert (syn_ack.sport, syn_ack.flags, syn_ack.ack) == (SERVER_PORT, SYN | ACK, (syn.seq + 1) % 2**32)
+    assert not syn.truncated
+
+
+# ---------------------------------------------------------------- file formats
+
+
+def test_big_endian_pcap(tmp_path):
+    records = [(ts, frame, len(frame)) for ts, frame in exchange_frames()]
+    path = write_records(tmp_path / "big-endian.pcap", records, big_endian=True)
+    assert path.read_bytes()[:4] == b"\xa1\xb2\xc3\xd4"
+    same_segments(segments_of(path))
+
+
+def test_nanosecond_pcap_keeps_sub_microsecond_time(tmp_path):
+    records = [(ts, frame, len(frame)) for ts, frame in exchange_frames()]
+    path = write_records(tmp_path / "nano.pcap", records, nano=True)
+    segments = segments_of(path)
+    same_segments(segments)
+    micros = round(REFERENCE[0].ts * 1e6)
+    assert segments[0].ts == micros // 10**6 + (micros % 10**6 * 1000 + 123) / 1e9
+
+
+def test_gzip_compressed_capture_detected_by_content(tmp_path):
+    path = tmp_path / "capture.bin"  # the name says nothing
+    path.write_bytes(gzip.compress(EXCHANGE_PCAP.read_bytes()))
+    with open_capture(path) as reader:
+        assert (reader.format, reader.compressed) == ("pcap", True)
+        assert reader.total_size == path.stat().st_size
+        segments = [s._replace(payload=bytes(s.payload)) for s in reader.segments()]
+        assert reader.position == reader.total_size
+    same_segments(segments)
+
+
+def _pcapng_two_interfaces(path, compress=False):
+    """Client frames on an Ethernet interface (microseconds), server frames on a Linux
+    cooked v2 interface with nanosecond timestamps."""
+    nanoseconds = dpkt.pcapng.PcapngOptionLE(code=dpkt.pcapng.PCAPNG_OPT_IF_TSRESOL, data=b"\x09")
+    interfaces = [
+        dpkt.pcapng.InterfaceDescriptionBlockLE(linktype=dpkt.pcap.DLT_EN10MB, snaplen=262144),
+        dpkt.pcapng.InterfaceDescriptionBlockLE(
+            linktype=276, snaplen=262144, opts=[nanoseconds, dpkt.pcapng.PcapngOptionLE()]),
+    ]
+    with (gzip.open if compress else open)(path, "wb") as out:
+        writer = dpkt.pcapng.Writer(out, idb=interfaces)
+        for ts, frame in exchange_frames():
+            micros = round(ts * 1e6)
+            if tcp_of(frame).dport == SERVER_PORT:
+                iface, units, data = 0, micros, frame
+            else:
+                iface, units, data = 1, micros * 1000, sll2_header(frame[12:14]) + frame[14:]
+            writer.writepkt(dpkt.pcapng.EnhancedPacketBlockLE(
+                iface_id=iface, ts_high=units >> 32, ts_low=units & 0xFFFFFFFF, pkt_data=data))
+    return path
+
+
+def test_pcapng_with_two_interfaces_of_different_link_types(tmp_path):
+    path = _pcapng_two_interfaces(tmp_path / "mixed.pcap")  # pcapng named .pcap, as seen in the wild
+    with open_capture(path) as reader:
+        assert reader.format == "pcapng"
+        linktypes = [linktype for _ts, linktype, _frame, _wire in reader.frames()]
+    assert sorted(set(linktypes)) == [1, 276]
+    same_segments(segments_of(path))
+    assert_whole_exchange(reassemble_file(path))
+
+
+def test_gzip_compressed_pcapng(tmp_path):
+    same_segments(segments_of(_pcapng_two_interfaces(tmp_path / "mixed.pcapng.gz", compress=True)))
+
+
+def test_pcapng_sections_in_both_byte_orders(tmp_path):
+    """A second section written big-endian, with its own interface table."""
+    frames = exchange_frames()
+    half = len(frames) // 2
+    path = tmp_path / "sections.pcapng"
+    with open(path, "wb") as out:
+        writer = dpkt.pcapng.Writer(out, linktype=dpkt.pcap.DLT_EN10MB)
+        for ts, frame in frames[:half]:
+            writer.writepkt(frame, ts)
+        out.write(bytes(dpkt.pcapng.SectionHeaderBlock()))
+        out.write(bytes(dpkt.pcapng.InterfaceDescriptionBlock(linktype=101, snaplen=262144)))
+        for ts, frame in frames[half:]:
+            micros = round(ts * 1e6)
+            out.write(bytes(dpkt.pcapng.EnhancedPacketBlock(
+                iface_id=0, ts_high=micros >> 32, ts_low=micros & 0xFFFFFFFF, pkt_data=frame[14:])))
+    with open_capture(path) as reader:
+        linktypes = [linktype for _ts, linktype, _frame, _wire in reader.frames()]
+    assert linktypes == [1] * half + [101] * (len(frames) - half)
+    same_segments(segments_of(path))
+
+
+# ---------------------------------------------------------------- link layers
+
+
+def sll_header(ethertype: bytes) -> bytes:
+    return struct.pack("!HHH8s", 0, 772, 6, b"\0" * 8) + ethertype  # to-us, loopback hardware
+
+
+def sll2_header(ethertype: bytes) -> bytes:
+    return ethertype + b"\0\0" + struct.pack("!IHBB8s", 1, 772, 0, 6, b"\0" * 8)
+
+
+def ethernet_with_tags(*tag_types: int):
+    def header(ethertype: bytes) -> bytes:
+        tags = b"".join(struct.pack("!HH", tag_type, 100 + i) for i, tag_type in enumerate(tag_types))
+        return b"\x02" * 6 + b"\x04" * 6 + tags + ethertype
+    return header
+
+
+LINK_LAYERS = {
+    "linux cooked v1": (113, sll_header),
+    "linux cooked v2": (276, sll2_header),
+    "802.1Q VLAN": (1, ethernet_with_tags(0x8100)),
+    "QinQ 88a8": (1, ethernet_with_tags(0x88A8, 0x8100)),
+    "QinQ 9100": (1, ethernet_with_tags(0x9100, 0x8100)),
+    "BSD null, little-endian host": (0, lambda _: struct.pack("<I", 2)),
+    "BSD null, big-endian host": (0, lambda _: struct.pack(">I", 2)),
+    "OpenBSD loop": (108, lambda _: struct.pack(">I", 2)),
+    "raw IP (101)": (101, lambda _: b""),
+    "raw IPv4 (228)": (228, lambda _: b""),
+    "raw IP (12, BSD DLT_RAW)": (12, lambda _: b""),
+    "raw IP (14, OpenBSD DLT_RAW)": (14, lambda _: b""),
+}
+
+
+@pytest.mark.parametrize("name", LINK_LAYERS)
+def test_link_layer(tmp_path, name):
+    linktype, header = LINK_LAYERS[name]
+    frames = [(ts, header(frame[12:14]) + frame[14:]) for ts, frame in exchange_frames()]
+    same_segments(segments_of(write_pcap(tmp_path / "link.pcap", frames, linktype=linktype)))
+
+
+def ipv6_packets(frames, extension_headers: bytes, first_next_header: int, max_payload=60000):
+    """The IPv4 packets of the exchange as IPv6 from fd00::1 to fd00::2 (client) and back;
+    segments too large for a 16-bit payload length are split in two."""
+    for ts, frame in frames:
+        ip = dpkt.ethernet.Ethernet(frame).data
+        tcp = ip.data
+        from_client = tcp.dport == SERVER_PORT
+        src, dst = (b"\xfd" + b"\0" * 14 + bytes([1 if from_client else 2]),
+                    b"\xfd" + b"\0" * 14 + bytes([2 if from_client else 1]))
+        pieces = [tcp.data[i : i + max_payload] for i in range(0, len(tcp.data), max_payload)] or [b""]
+        seq = tcp.seq
+        for piece in pieces:
+            tcp_bytes = bytes(dpkt.tcp.TCP(sport=tcp.sport, dport=tcp.dport, seq=seq, ack=tcp.ack,
+                                           flags=tcp.flags, win=tcp.win, sum=0xDEAD, data=piece))
+            seq = (seq + len(piece)) % 2**32
+            payload = extension_headers + tcp_bytes
+            header = struct.pack("!IHBB16s16s", 6 << 28, len(payload), first_next_header, 64, src, dst)
+            yield ts, header + payload
+
+
+EXTENSION_CHAIN = (
+    bytes([43, 1, 1, 12] + [0] * 12)  # hop-by-hop, 16 bytes (PadN), next: routing
+    + bytes([44, 0, 253, 0, 0, 0, 0, 0])  # routing (experimental type, no segments left), next: fragment
+    + bytes([60, 0, 0, 0, 0, 0, 0, 7])  # atomic fragment (offset 0, no more), next: destination options
+    + bytes([6, 0, 1, 4, 0, 0, 0, 0])  # destination options (PadN), next: TCP
+)
+
+
+def _ipv6_reference():
+    """What the IPv6 variants must yield: the exchange, with the big segment split."""
+    parser = FrameParser()
+    segments = [parser.parse(b"\0" * 12 + b"\x86\xdd" + packet, 1, ts)
+                for ts, packet in ipv6_packets(exchange_frames(), b"", 6)]
+    return [segment._replace(payload=bytes(segment.payload)) for segment in segments]
+
+
+def test_ipv6_with_extension_headers(tmp_path):
+    frames = [(ts, b"\x02" * 12 + b"\x86\xdd" + packet)
+              for ts, packet in ipv6_packets(exchange_frames(), EXTENSION_CHAIN, 0)]
+    path = write_pcap(tmp_path / "ipv6.pcap", frames)
+    segments = segments_of(path)
+    assert (segments[0].src, segments[0].dst) == ("fd00::1", "fd00::2")
+    same_segments(segments, reference=_ipv6_reference())
+    streams = reassemble_file(path)
+    assert streams.bytes_of(0, 0) == CLIENT_BYTES and streams.bytes_of(0, 1) == SERVER_BYTES
+
+
+def test_raw_ipv6_link_type(tmp_path):
+    path = write_pcap(tmp_path / "raw6.pcap", ipv6_packets(exchange_frames(), b"", 6), linktype=229)
+    same_segments(segments_of(path), reference=_ipv6_reference())
+
+
+# ---------------------------------------------------------------- damaged and odd packets
+
+
+def test_snaplen_cut_records_deliver_what_is_present_and_report_the_rest(tmp_path):
+    snaplen = 200
+    records = [(ts, frame[:snaplen], len(frame)) for ts, frame in exchange_frames()]
+    path = write_records(tmp_path / "cut.pcap", records)
+    with open_capture(path) as reader:
+        segments = list(reader.segments())
+    headers = 14 + 20 + 32  # Ethernet, IPv4, TCP with timestamps
+    for segment, full in zip(segments, REFERENCE):
+        assert bytes(segment.payload) == full.payload[: snaplen - headers]
+        assert segment.missing == max(0, len(full.payload) - (snaplen - headers))
+        assert segment.truncated == (len(full.payload) > snaplen - headers)
+    streams = reassemble_file(path)
+    client_gaps = [(offset + snaplen - headers, size - (snaplen - headers))
+                   for offset, size in [(0, 300), (300, 300), (600, 1200), (1800, 300), (2100, 65483), (67583, 4517)]]
+    assert streams.gaps[(0, 0)] == client_gaps
+    assert streams.gaps[(0, 1)] == [(2120 - 2000 + snaplen - headers, 2000 - (snaplen - headers)),
+                                    (2360 + snaplen - headers, 500 - (snaplen - headers))]
+    assert streams.bytes_of(0, 0) == b"".join(
+        CLIENT_BYTES[offset : offset + snaplen - headers] for offset in (0, 300, 600, 1800, 2100, 67583))
+    assert streams.ends[-1] == (0, 2, "fin")
+
+
+def test_original_length_smaller_than_captured_is_not_a_cut(tmp_path):
+    records = [(ts, frame, min(len(frame), 60)) for ts, frame in exchange_frames()]
+    same_segments(segments_of(write_records(tmp_path / "odd.pcap", records)))
+
+
+def test_bad_checksums_are_ignored(tmp_path):
+    frames = []
+    for ts, frame in exchange_frames():
+        eth = dpkt.ethernet.Ethernet(frame)
+        eth.data.sum, eth.data.data.sum = 0x1234, 0x4321
+        frames.append((ts, bytes(eth)))
+    assert dpkt.ethernet.Ethernet(frames[0][1]).data.sum == 0x1234
+    same_segments(segments_of(write_pcap(tmp_path / "checksums.pcap", frames)))
+
+
+def _ipv4_frame(tcp_payload=b"data", flags_fragment=0, proto=6, options=b"", total_len=None, pad_to=0):
+    tcp = struct.pack("!HHIIBBHHH", 1234, 9092, 77, 0, 5 << 4, ACK, 1000, 0, 0) + tcp_payload
+    header_len = 20 + len(options)
+    length = header_len + len(tcp) if total_len is None else total_len
+    ip = struct.pack("!BBHHHBBH4s4s", 0x40 | header_len // 4, 0, length, 1, flags_fragment, 64, proto, 0,
+                     bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])) + options + tcp
+    frame = b"\x02" * 12 + ETHERTYPE_IPV4 + ip
+    return frame + b"\0" * (pad_to - len(frame))
+
+
+def test_parser_skips_and_counts_what_it_cannot_use():
+    parser = FrameParser()
+    unusable = [
+        _ipv4_frame(flags_fragment=0x2000),  # first fragment (more fragments follow)
+        _ipv4_frame(flags_fragment=0x0010),  # a later fragment
+        _ipv4_frame(proto=17),  # UDP
+        b"\xff" * 12 + b"\x08\x06" + b"\0" * 28,  # ARP
+        _ipv4_frame()[:40],  # TCP header cut short
+        b"\x02" * 12 + b"\x86\xdd" + struct.pack("!IHBB16s16s", 6 << 28, 8, 44, 64, b"\0" * 16, b"\0" * 16)
+        + bytes([6, 0, 0, 8, 0, 0, 0, 1]),  # IPv6 fragment at offset 8
+    ]
+    assert [parser.parse(frame, 1, 0.0) for frame in unusable] == [None] * 6
+    assert parser.parse(_ipv4_frame(), 147, 0.0) is None
+    assert dict(parser.skipped) == {"IP fragment": 3, "not TCP": 1, "not IP": 1, "malformed": 1, "link type 147": 1}
+
+
+def test_parser_reads_ip_options_and_ignores_ethernet_padding():
+    parser = FrameParser()
+    with_options = parser.parse(_ipv4_frame(options=b"\x01\x01\x01\x00"), 1, 1.5)
+    assert (with_options.src, with_options.sport, with_options.seq, bytes(with_options.payload)) == (
+        "10.0.0.1", 1234, 77, b"data")
+    padded = parser.parse(_ipv4_frame(tcp_payload=b"", pad_to=60), 1, 0.0)
+    assert bytes(padded.payload) == b"" and padded.missing == 0
+
+
+def test_parser_takes_the_frame_length_when_the_ip_length_is_zero():
+    """Segmentation offload: captured before the NIC splits it, with IP total length 0."""
+    segment = FrameParser().parse(_ipv4_frame(tcp_payload=b"x" * 3000, total_len=0), 1, 0.0)
+    assert bytes(segment.payload) == b"x" * 3000
+
+
+def test_lying_ip_length_in_an_uncut_frame_invents_no_gap():
+    frame = _ipv4_frame(tcp_payload=b"abc", total_len=20 + 20 + 500)
+    segment = FrameParser().parse(frame, 1, 0.0, wire_len=len(frame))
+    assert (bytes(segment.payload), segment.missing) == (b"abc", 0)
+
+
+# ---------------------------------------------------------------- files that cannot be read (fully)
+
+
+def test_missing_file():
+    with pytest.raises(CaptureError, match=r"^/no/such/capture\.pcap: no such file; check the path$"):
+        open_capture("/no/such/capture.pcap")
+
+
+def test_directory(tmp_path):
+    with pytest.raises(CaptureError, match="is a directory"):
+        open_capture(tmp_path)
+
+
+def test_permission_denied(tmp_path):
+    path = tmp_path / "secret.pcap"
+    path.write_bytes(EXCHANGE_PCAP.read_bytes())
+    path.chmod(0)
+    if os.geteuid() == 0:  # root reads anything: drop the effective uid for the attempt
+        os.seteuid(65534)
+    try:
+        with pytest.raises(CaptureError, match="permission denied; make the file readable"):
+            open_capture(path)
+    finally:
+        if os.getuid() == 0:
+            os.seteuid(0)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"GET / HTTP/1.1\r\n", "file is not a pcap or pcapng capture (starts with 47455420)"),
+        (gzip.compress(b"just some text"), "gzip-compressed data is not a pcap or pcapng capture"),
+        (b"", "file too short to be a capture (0 bytes)"),
+        (b"\xd4\xc3\xb2\xa1\x02\x00", "pcap file header cut short; the file is truncated"),
+        (b"\x1f\x8b\x08\x00garbage", "damaged gzip data"),
+    ],
+)
+def test_not_a_capture(tmp_path, content, message):
+    path = tmp_path / "x.pcap"
+    path.write_bytes(content)
+    with pytest.raises(CaptureError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        open_capture(path)
+
+
+def _read_all(path):
+    with open_capture(path) as reader:
+        frames = list(reader.frames())
+        return frames, reader.warnings
+
+
+def test_truncated_pcap_delivers_complete_records_then_warns(tmp_path):
+    data = EXCHANGE_PCAP.read_bytes()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:-30])
+    frames, warnings = _read_all(path)
+    last_record = len(data) - 16 - 66  # the final ACK: 66-byte frame
+    assert len(frames) == 19
+    assert warnings == [f"{path}: capture ends inside the record at byte {last_record} (36 of 66 bytes; file truncated?)"]
+    path.write_bytes(data[: last_record + 10])
+    frames, warnings = _read_all(path)
+    assert len(frames) == 19
+    assert warnings == [f"{path}: capture ends inside a record header at byte {last_record} (file truncated?)"]
+
+
+def test_corrupt_record_length_stops_with_a_warning(tmp_path):
+    data = bytearray(EXCHANGE_PCAP.read_bytes())
+    first_record = 24
+    second_record = first_record + 16 + struct.unpack_from("<I", data, first_record + 8)[0]
+    struct.pack_into("<I", data, second_record + 8, 0x7FFFFFFF)
+    path = tmp_path / "corrupt.pcap"
+    path.write_bytes(bytes(data))
+    frames, warnings = _read_all(path)
+    assert len(frames) == 1
+    assert warnings == [f"{path}: record at byte {second_record} claims 2147483647 bytes: file corrupt from here"]
+
+
+def test_truncated_gzip_stream(tmp_path):
+    packed = gzip.compress(EXCHANGE_PCAP.read_bytes())
+    path = tmp_path / "cut.pcap.gz"
+    path.write_bytes(packed[: len(packed) // 2])
+    frames, warnings = _read_all(path)
+    assert 0 < len(frames) < 20
+    assert warnings == [f"{path}: compressed data ends early after {len(frames)} records (file truncated?)"]
+
+
+def test_truncated_pcapng_and_undescribed_interface(tmp_path):
+    path = _pcapng_two_interfaces(tmp_path / "mixed.pcapng")
+    data = path.read_bytes()
+    path.write_bytes(data[:-20])
+    frames, warnings = _read_all(path)
+    assert len(frames) == 19
+    assert len(warnings) == 1 and "capture ends inside the block at byte" in warnings[0]
+
+    # an EPB naming interface 7, which no IDB described
+    stray = dpkt.pcapng.EnhancedPacketBlockLE(iface_id=7, pkt_data=exchange_frames()[0][1])
+    path.write_bytes(data + bytes(stray))
+    with open_capture(path) as reader:
+        assert len(list(reader.segments())) == 20
+        assert dict(reader.skipped) == {"packet of an undescribed interface": 1}
+        assert reader.warnings == []
