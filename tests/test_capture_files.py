@@ -239,7 +239,7 @@ def ipv6_packets(frames, extension_headers: bytes, first_next_header: int, max_p
 
 
 EXTENSION_CHAIN = (
-    bytes([43, 1, 1, 12] + [0] * 12)  # hop-by-hop, 16 bytes (PadN), next: routing
+    bytes([43, 1, 1, 12] + [0x5A] * 12)  # hop-by-hop, 16 bytes (PadN), next: routing
     + bytes([44, 0, 253, 0, 0, 0, 0, 0])  # routing (experimental type, no segments left), next: fragment
     + bytes([60, 0, 0, 0, 0, 0, 0, 7])  # atomic fragment (offset 0, no more), next: destination options
     + bytes([6, 0, 1, 4, 0, 0, 0, 0])  # destination options (PadN), next: TCP
