@@ -356,17 +356,21 @@ def test_first_copy_wins_over_later_overlaps():
 
 
 def test_buffer_bound_gives_up_the_hole():
-    events = events_of(
-        [seg(CLIENT, 0, b"s"), seg(CLIENT, 11, b"b" * 60), seg(CLIENT, 71, b"c" * 60), seg(CLIENT, 131, b"d")],
-        max_buffered_bytes=100,
-    )
-    assert summary(events)[1:] == [
-        ("data", A_TO_B, 0, b"s"),
-        ("gap", A_TO_B, 1, 10),  # 120 bytes waiting exceed the bound of 100
-        ("data", A_TO_B, 11, b"b" * 60),
-        ("data", A_TO_B, 71, b"c" * 60),
-        ("data", A_TO_B, 131, b"d"),
-        ("end", BOTH, END_CAPTURE),
+    reassembler = TcpReassembler(max_buffered_bytes=100)
+    per_segment = [
+        summary(reassembler.feed(segment))
+        for segment in [seg(CLIENT, 0, b"s"), seg(CLIENT, 11, b"b" * 60), seg(CLIENT, 71, b"c" * 60),
+                        seg(CLIENT, 131, b"d")]
+    ]
+    assert per_segment == [
+        [("open", 0, None), ("data", A_TO_B, 0, b"s")],
+        [],  # 60 bytes wait behind the hole
+        [  # 120 bytes would wait: more than the bound of 100
+            ("gap", A_TO_B, 1, 10),
+            ("data", A_TO_B, 11, b"b" * 60),
+            ("data", A_TO_B, 71, b"c" * 60),
+        ],
+        [("data", A_TO_B, 131, b"d")],
     ]
 
 
