@@ -48,9 +48,6 @@ class Connection(NamedTuple):
     a: Endpoint
     b: Endpoint
 
-    def sender(self, direction: int) -> Endpoint:
-        return self.a if direction == A_TO_B else self.b
-
 
 class ConnectionOpened(NamedTuple):
     conn: Connection
