@@ -1,0 +1,156 @@
+"""`kafkasniff sniff -i IFACE`: capture live and decode through the same pipeline as `decode`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import click
+from dpkt import pcap
+
+from kafkasniff.capture.live import SNAPLEN, LiveCapture, LiveCaptureError, interfaces, port_filter
+from kafkasniff.capture.packets import FrameParser
+from kafkasniff.commands.decode import make_options, output_options
+from kafkasniff.protocol.records import decode_records
+from kafkasniff.render.output import Output
+from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.session import MessageEvent
+
+DEFAULT_PORT = 9092
+
+
+@click.command("sniff")
+@click.option("-i", "--interface", help="Interface to capture on (see --list-interfaces).")
+@click.option("--list-interfaces", is_flag=True, help="List the interfaces and exit.")
+@click.option("--any-port", is_flag=True, help="Capture all TCP (Kafka is found by content).")
+@click.option("--filter", "bpf_filter", metavar="EXPR", help="Raw BPF capture filter, e.g. 'tcp and host 10.0.0.5'.")
+@click.option("-w", "--write", "pcap_path", type=click.Path(dir_okay=False),
+              help="Also write every captured packet to this pcap file.")
+@click.option("-c", "--count", type=click.IntRange(min=1), help="Stop after this many Kafka messages shown.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop after this many seconds.")
+@click.option("-B", "--buffer-size", "buffer_mib", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Kernel capture buffer in MiB; raise it if drops are reported.")
+@output_options
+def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, count, duration, buffer_mib,
+                  ports, **view) -> None:
+    """Decode Kafka requests and responses live from a network interface.
+
+    Captures `tcp port 9092` unless told otherwise with --port (repeatable),
+    --any-port or --filter. Stops on Ctrl-C, SIGTERM, -c or --duration, then
+    prints what it saw to standard error. Needs root or CAP_NET_RAW.
+    """
+    from kafkasniff.cli import fail
+
+    if list_interfaces:
+        _print_interfaces()
+        return
+    if not interface:
+        fail("give the interface to capture on with -i (see --list-interfaces)")
+    if any_port and bpf_filter:
+        fail("--any-port and --filter exclude each other: put the ports in the --filter expression")
+    if not (ports or any_port or bpf_filter):
+        ports = (DEFAULT_PORT,)
+    expression = bpf_filter or port_filter(() if any_port else ports)
+    try:
+        capture = LiveCapture(interface, expression, buffer_mib << 20)
+    except LiveCaptureError as error:
+        fail(str(error))
+    try:
+        pcap_file = open(pcap_path, "wb") if pcap_path else None
+    except OSError as error:
+        capture.close()
+        fail(f"cannot write {pcap_path}: {error.strerror}; choose a writable path for -w")
+    with capture:
+        session = LiveSession(capture, make_options(**view), ports, pcap_file, count)
+        session.run(time.monotonic() + duration if duration else None)
+    click.echo(session.summary(), err=True)
+
+
+class LiveSession:
+    """Frames from a LiveCapture through FrameParser -> Analyzer -> Output, optionally into a pcap."""
+
+    def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None):
+        self.capture = capture
+        self.output = Output(options)
+        self.analyzer = Analyzer(decode_records if options.needs_records else None, ports)
+        self.parser = FrameParser()
+        self.pcap_file = pcap_file
+        # nanosecond precision: dpkt's microsecond rounding can yield a fraction of 1,000,000
+        self.pcap = pcap.Writer(pcap_file, snaplen=SNAPLEN, linktype=capture.file_linktype,
+                                nano=True) if pcap_file else None
+        self.count = count
+        self.counted = 0  # messages that passed the display filters, for -c
+        self.frames = 0
+        self.messages = 0
+
+    def run(self, deadline: float | None) -> None:
+        """Capture until a stop signal, the deadline or the message count; then flush everything."""
+        stop_signals = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, lambda *_: self.capture.stop()) for sig in stop_signals}
+        capture = self.capture
+        filters = capture.bpf_filter + (f"; writing {self.pcap_file.name}" if self.pcap_file else "")
+        click.echo(f"capturing on {capture.interface} (filter {filters})", err=True)
+        try:
+            self._capture(deadline)
+            self._show(self.analyzer.finish())
+            self.output.finish()
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader went away (| head): stop quietly
+            _silence_stdout()
+        finally:
+            self.kernel_stats = capture.kernel_stats()
+            if self.pcap_file:
+                self.pcap_file.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _capture(self, deadline: float | None) -> None:
+        parse, feed, write = self.parser.parse, self.analyzer.feed, self.pcap and self.pcap.writepkt_time
+        for ts, linktype, frame, wire_len in self.capture.frames(deadline):
+            self.frames += 1
+            if write:
+                write(frame, ts)
+            segment = parse(frame, linktype, ts, wire_len)
+            if segment is not None:
+                events = feed(segment)
+                if events:
+                    self._show(events)
+                    # users pipe into jq or tee: each message must go out as soon as it is decoded
+                    sys.stdout.flush()
+
+    def _show(self, events: list) -> None:
+        count = self.count
+        for ev in events:
+            if count is not None and self.counted >= count:
+                return
+            if type(ev) is MessageEvent:
+                self.messages += 1
+                if count is not None and self.output.wanted(ev):
+                    self.counted += 1
+                    if self.counted == count:
+                        self.capture.stop()
+            self.output.emit(ev)
+
+    def summary(self) -> str:
+        stats = self.kernel_stats
+        text = (f"{self.frames} packets captured, {self.messages} Kafka messages decoded; "
+                f"kernel: {stats.packets} packets received by filter, {stats.drops} dropped")
+        if stats.drops:
+            text += " (raise the buffer with -B MiB, or narrow the capture with --port/--filter)"
+        return text
+
+
+def _print_interfaces() -> None:
+    for iface in interfaces():
+        flags = ("up" if iface.up else "down") + (", loopback" if iface.loopback else "")
+        click.echo(f"{iface.name}\t{flags}\t{' '.join(iface.addresses)}".rstrip())
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
