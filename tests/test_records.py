@@ -325,6 +325,14 @@ def test_truncated_legacy_message_is_partial():
     assert [c.name for c in third.children] == ["offset", "message_size", "crc", "magic", "attributes", "timestamp"]
 
 
+def test_bytes_after_a_legacy_value_are_noted():
+    message = bytearray(encode_message(magic=1, key=b"k", value=b"v", timestamp=3) + b"\0\0")
+    struct.pack_into(">i", message, 8, len(message) - 12)
+    (item,) = decode(bytes(message))
+    assert item.note == "2 bytes left over after the value" and item.value["value"] == b"v"
+    assert item["crc"].note.startswith("INVALID")  # the CRC was computed without the extra bytes
+
+
 def test_unknown_magic_is_malformed_and_decoding_goes_on():
     bad = bytearray(encode_record_batch(RECORDS))
     bad[16] = 3

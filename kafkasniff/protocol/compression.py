@@ -17,8 +17,8 @@ Bounding the output, per codec (a "bomb" never makes us allocate past `limit`):
   useBrokenFlagDescriptorChecksum hashes magic number + descriptor instead of the
   descriptor alone), which cramjam's frame decoder rejects. Kafka itself accepts only
   frames of independent blocks; a frame with linked blocks goes to cramjam's frame
-  decoder (bounded like zstd), which then needs a standard HC. Output overshoots
-  `limit` by at most one block (64 KiB in Kafka's frames, 4 MiB at most).
+  decoder (bounded like zstd), which then needs a standard HC. Besides the output,
+  one block-sized scratch buffer is allocated (64 KiB in Kafka's frames, 4 MiB at most).
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ decoding goes on wherever a length field says the next item starts.
 
 from __future__ import annotations
 
+import gc
 import struct
 import zlib
+from contextlib import contextmanager
 
 import crc32c
 
@@ -74,7 +76,21 @@ def decode_records(buf, offset: int, end: int, *, max_decompressed: int = DEFAUL
     limit) is a "PartialBatch"; without it, a "Malformed" one.
     """
     end = min(end, len(buf))
-    return _decode_items(buf, max(offset, 0), end, max_decompressed, partial_ok, nested=False)
+    with _collector_paused():
+        return _decode_items(buf, max(offset, 0), end, max_decompressed, partial_ok, nested=False)
+
+
+@contextmanager
+def _collector_paused():
+    """Record trees hold no reference cycles, yet the cyclic collector kept scanning the
+    many new Fields: it took three quarters of the time on a 100k-record Fetch."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def records_of(item: Field) -> list[Field]:
@@ -234,7 +250,7 @@ def _decode_record_list(buf, pos: int, end: int, context: _BatchContext, record_
     while pos < end:
         start = pos
         try:
-            length, body = read_varint(buf, pos, end)
+            length, body = _small_varint(buf, pos, end)
             if length < 0 or length > end - body:
                 raise DecodeError(start, f"record length {length} does not fit the {end - body} bytes left")
         except DecodeError as exc:
@@ -250,15 +266,25 @@ def _decode_record_list(buf, pos: int, end: int, context: _BatchContext, record_
     return records, note
 
 
+def _small_varint(buf, pos: int, end: int, read_any=read_varint):
+    """A zig-zag varint or varlong, with a fast path for the one-byte values that
+    dominate record fields (a Fetch can hold 100k records)."""
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+    return read_any(buf, pos, end)
+
+
 def _decode_record(b, start: int, body: int, end: int, context: _BatchContext) -> Field:
     if body >= end:
         raise DecodeError(body, "record has no attributes byte")
     ts_at = body + 1
-    ts_delta, od_at = read_varlong(b, ts_at, end)
-    offset_delta, key_at = read_varint(b, od_at, end)
+    ts_delta, od_at = _small_varint(b, ts_at, end, read_varlong)
+    offset_delta, key_at = _small_varint(b, od_at, end)
     key, value_at = read_varint_bytes(b, key_at, end)
     value, headers_at = read_varint_bytes(b, value_at, end)
-    header_count, pos = read_varint(b, headers_at, end)
+    header_count, pos = _small_varint(b, headers_at, end)
     if header_count < 0:
         raise DecodeError(headers_at, f"header count {header_count} is negative")
     headers = []
