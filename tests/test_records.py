@@ -1,5 +1,6 @@
 """Record batches and legacy message sets: encoder-built, client-built and seed bytes, decoded exactly."""
 
+import gc
 import re
 import struct
 from pathlib import Path
@@ -374,6 +375,19 @@ def test_configurable_bound():
     note = decode(buf, max_decompressed=4096)[0]["records"].note
     assert note == "decompressed size exceeds 4096 bytes limit; records not shown"
     assert len(records_of(decode(buf, max_decompressed=8192)[0])) == 1
+
+
+def test_collector_state_is_restored():
+    buf = encode_record_batch(RECORDS)
+    assert gc.isenabled()
+    decode(buf)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        decode(buf)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 # --- never raises ------------------------------------------------------------
