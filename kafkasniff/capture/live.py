@@ -4,17 +4,21 @@ Frames come out as the same (timestamp, link type, frame bytes, original length)
 that capture files give, so `sniff` feeds them through the same FrameParser and Analyzer
 as `decode`.
 
-scapy opens the socket (`conf.L2listen`): it compiles the BPF filter with libpcap and
-attaches it before binding, drains whatever slipped in before the filter, and enables
-kernel timestamps and VLAN auxiliary data. Frames are then read here with one
-`recvmsg` per frame rather than through scapy's `recv`/AsyncSniffer: those dissect every
-frame into scapy layers (a few thousand frames/s) and read at most 65,535 bytes, which
-cuts the 65,549-byte frames of loopback (MTU 65,536). The auxiliary data also gives each
-frame's original length, so a frame longer than the snaplen is known to be cut.
+scapy opens the socket (`conf.L2listen`): it attaches a filter before binding, drains
+whatever slipped in before the filter, and enables kernel timestamps and VLAN auxiliary
+data; its libpcap bindings compile the filter. Frames are read here with one `recvmsg`
+per frame rather than through scapy's `recv`/AsyncSniffer: those dissect every frame into
+scapy layers (a few thousand frames/s) and read at most 65,535 bytes, which cuts the
+65,549-byte frames of loopback (MTU 65,536). The filter is compiled here for the same
+reason: the kernel cuts each frame to the length the filter returns, and scapy compiles
+with 65,535. The auxiliary data gives each frame's original length, so a frame longer
+than the snaplen is known to be cut.
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
 import select
 import socket
@@ -25,12 +29,17 @@ from typing import NamedTuple
 
 SNAPLEN = 262144  # tcpdump's default; larger than loopback's 65,549-byte frames
 DEFAULT_BUFFER_BYTES = 32 << 20
-IDLE_WAKEUP_S = 0.5  # how often an idle capture returns control (deadline, stop request)
+IDLE_WAKEUP_S = 0.5  # how often an idle capture checks its deadline
+DRAIN_LIMIT_S = 2.0  # after a stop request, how long to keep reading frames already captured
 
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_AUXDATA = 8
 SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33  # not exported by Python's socket module
+SO_ATTACH_FILTER = 26
+PCAP_NETMASK_UNKNOWN = 0xFFFFFFFF
+_PASS_NOTHING = "less 0"  # every frame is longer than 0 bytes
 ARPHRD_LOOPBACK = 772
 TP_STATUS_VLAN_VALID = 0x10
 TP_STATUS_VLAN_TPID_VALID = 0x40
@@ -82,8 +91,8 @@ def port_filter(ports: tuple[int, ...]) -> str:
 class LiveCapture:
     """An open capture on one interface with a kernel BPF filter.
 
-    Iterate `frames()` once; `stop()` (safe to call from a signal handler) ends the
-    iteration at the next frame boundary. `kernel_stats()` reads the kernel's counters.
+    Iterate `frames()` once; `stop()` (safe to call from a signal handler) ends it.
+    `kernel_stats()` reads the kernel's counters.
     """
 
     def __init__(self, interface: str, bpf_filter: str, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
@@ -93,65 +102,75 @@ class LiveCapture:
             raise LiveCaptureError(
                 f"no interface {interface!r}; available: {', '.join(names)} (see --list-interfaces)")
         from scapy.config import conf
-        from scapy.error import Scapy_Exception
+        from scapy.data import ARPHRD_TO_DLT
         from scapy.interfaces import resolve_iface
 
         self.interface = interface
         self.bpf_filter = bpf_filter
         self.snaplen = snaplen
-        loopback = resolve_iface(interface).type == ARPHRD_LOOPBACK
-        # Loopback shows every packet twice, leaving and arriving; keep the arrival only
-        # (as libpcap does), in the kernel so the copies cost no buffer space.
-        kernel_filter = f"({bpf_filter}) and inbound" if loopback else bpf_filter
-        try:
-            self._scapy_socket = conf.L2listen(iface=interface, filter=kernel_filter)
-        except PermissionError:
-            raise LiveCaptureError(f"no permission to capture on {interface}: {PERMISSION_HINT}") from None
-        except Scapy_Exception as error:
-            raise LiveCaptureError(f"invalid capture filter {bpf_filter!r}: {_filter_problem(error)}") from None
-        except OSError as error:
-            raise LiveCaptureError(f"cannot capture on {interface}: {error.strerror or error}") from None
-        self._socket: socket.socket = self._scapy_socket.ins
-        hardware_type = self._socket.getsockname()[3]
-        from scapy.data import ARPHRD_TO_DLT
-
-        self.linktype = ARPHRD_TO_DLT.get(hardware_type)
-        if self.linktype is None or self.linktype < 0:
-            self._scapy_socket.close()
+        hardware_type = resolve_iface(interface).type
+        self.linktype = ARPHRD_TO_DLT.get(hardware_type, -1)
+        if self.linktype < 0:
             raise LiveCaptureError(f"{interface}: link type (ARPHRD {hardware_type}) not supported")
         self.file_linktype = _FILE_LINKTYPES.get(self.linktype, self.linktype)
+        # Loopback shows every packet twice, leaving and arriving; keep the arrival only
+        # (as libpcap does), in the kernel so the copies cost no buffer space.
+        kernel_filter = f"({bpf_filter}) and inbound" if hardware_type == ARPHRD_LOOPBACK else bpf_filter
+        program = _FilterProgram(kernel_filter, self.linktype, snaplen, shown_as=bpf_filter)
+        scapy_log = logging.getLogger("scapy.runtime")
+        level = scapy_log.level
+        # scapy warns that it cannot pick a dissector for the link; frames are never dissected
+        scapy_log.setLevel(logging.ERROR)
+        try:
+            # scapy compiles its filters for 65,535-byte frames, and the kernel cuts each
+            # frame to the length the filter returns. So scapy binds the socket with a
+            # filter that passes nothing, and the real one replaces it below.
+            self._scapy_socket = conf.L2listen(iface=interface, filter=_PASS_NOTHING)
+        except PermissionError:
+            raise LiveCaptureError(f"no permission to capture on {interface}: {PERMISSION_HINT}") from None
+        except OSError as error:
+            raise LiveCaptureError(f"cannot capture on {interface}: {error.strerror or error}") from None
+        finally:
+            scapy_log.setLevel(level)
+        self._socket: socket.socket = self._scapy_socket.ins
+        try:
+            program.attach(self._socket)
+        finally:
+            program.free()
         self.buffer_bytes = self._set_buffer(buffer_bytes)
         self._socket.setblocking(False)
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._stopping = False
+        self._give_up_at: float | None = None  # set by stop()
         self._packets = self._drops = 0
 
     def _set_buffer(self, size: int) -> int:
         """Raise the socket buffer past rmem_max when allowed (root); return what the kernel gave."""
         try:
-            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, size)
+            self._socket.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
         except PermissionError:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
         return self._socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
 
     def frames(self, deadline: float | None = None) -> Iterator[tuple[float, int, bytes, int]]:
-        """Yield (timestamp, link type, frame, original length) until `stop()` or the
-        `deadline` (time.monotonic() value) passes."""
+        """Yield (timestamp, link type, frame, original length) until `stop()` is called or
+        the `deadline` (a time.monotonic() value) passes; then what the kernel holds already."""
         recvmsg = self._socket.recvmsg
         snaplen, linktype = self.snaplen, self.linktype
         timestamp_level, auxdata_level = (socket.SOL_SOCKET, SO_TIMESTAMPNS), (SOL_PACKET, PACKET_AUXDATA)
         unpack_timespec, unpack_auxdata = _TIMESPEC.unpack, _AUXDATA.unpack
+        monotonic = time.monotonic
         waiting = [self._socket, self._wake_read]
-        while not self._stopping:
+        while True:
             try:
                 frame, ancillary, _flags, _address = recvmsg(snaplen, _ANCILLARY_BYTES)
             except BlockingIOError:
+                if self._give_up_at is not None:
+                    return  # stopping, and everything captured before has been read
                 timeout = IDLE_WAKEUP_S
                 if deadline is not None:
-                    timeout = deadline - time.monotonic()
+                    timeout = min(timeout, deadline - monotonic())
                     if timeout <= 0:
                         return
-                    timeout = min(timeout, IDLE_WAKEUP_S)
                 select.select(waiting, [], [], timeout)
                 continue
             ts, wire_len = None, len(frame)
@@ -160,19 +179,24 @@ class LiveCapture:
                     seconds, nanoseconds = unpack_timespec(data)
                     ts = seconds + nanoseconds * 1e-9
                 elif (level, kind) == auxdata_level:
-                    status, wire_len, _, _, vlan_tci, vlan_tpid = unpack_auxdata(data)[:6]
+                    status, wire_len, _snaplen, _mac, _net, vlan_tci, vlan_tpid = unpack_auxdata(data)
                     if (vlan_tci or status & TP_STATUS_VLAN_VALID) and linktype == DLT_EN10MB:
                         # the NIC took the 802.1Q tag off; put it back where it was on the wire
                         tpid = vlan_tpid if status & TP_STATUS_VLAN_TPID_VALID else ETH_P_8021Q
                         frame = frame[:12] + tpid.to_bytes(2, "big") + vlan_tci.to_bytes(2, "big") + frame[12:]
                         wire_len += 4
             yield (ts if ts is not None else time.time()), linktype, frame, wire_len
-            if deadline is not None and time.monotonic() >= deadline:
-                return
+            if self._give_up_at is not None:
+                if monotonic() >= self._give_up_at:
+                    return
+            elif deadline is not None and monotonic() >= deadline:
+                self.stop()
 
     def stop(self) -> None:
-        """End `frames()` soon; wakes a capture waiting for traffic."""
-        self._stopping = True
+        """End `frames()` once the frames the kernel holds are read (at most DRAIN_LIMIT_S
+        more); a second call ends it at once. Safe to call from a signal handler."""
+        now = time.monotonic()
+        self._give_up_at = now + DRAIN_LIMIT_S if self._give_up_at is None else now
         if self._wake_write is not None:
             try:
                 os.write(self._wake_write, b"x")
@@ -202,7 +226,29 @@ class LiveCapture:
         self.close()
 
 
-def _filter_problem(error: Exception) -> str:
-    """libpcap's reason from scapy's 'Cannot set filter: Failed to compile ... (reason)'."""
-    text = str(error)
-    return text[text.rfind("(") + 1:].rstrip(")") if text.endswith(")") and "(" in text else text
+class _FilterProgram:
+    """A BPF program compiled by libpcap for `linktype` frames of up to `snaplen` bytes."""
+
+    def __init__(self, expression: str, linktype: int, snaplen: int, shown_as: str):
+        from scapy.libs.structures import bpf_program
+        from scapy.libs.winpcapy import pcap_close, pcap_compile, pcap_geterr, pcap_open_dead
+
+        self._program = bpf_program()
+        handle = pcap_open_dead(linktype, snaplen)
+        try:
+            if pcap_compile(handle, ctypes.byref(self._program), expression.encode(), 1, PCAP_NETMASK_UNKNOWN) < 0:
+                problem = pcap_geterr(handle).decode(errors="replace")
+                raise LiveCaptureError(f"invalid capture filter {shown_as!r}: {problem}")
+        finally:
+            pcap_close(handle)
+
+    def attach(self, sock: socket.socket) -> None:
+        from scapy.libs.structures import sock_fprog
+
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                        sock_fprog(self._program.bf_len, self._program.bf_insns))
+
+    def free(self) -> None:
+        from scapy.libs.winpcapy import pcap_freecode
+
+        pcap_freecode(ctypes.byref(self._program))

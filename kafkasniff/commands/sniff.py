@@ -120,6 +120,8 @@ class LiveSession:
                     self._show(events)
                     # users pipe into jq or tee: each message must go out as soon as it is decoded
                     sys.stdout.flush()
+                    if self.count is not None and self.counted >= self.count:
+                        return
 
     def _show(self, events: list) -> None:
         count = self.count
@@ -130,8 +132,6 @@ class LiveSession:
                 self.messages += 1
                 if count is not None and self.output.wanted(ev):
                     self.counted += 1
-                    if self.counted == count:
-                        self.capture.stop()
             self.output.emit(ev)
 
     def summary(self) -> str:
