@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
-import click
+import contextlib
+import os
+import sys
+from typing import Iterable, Iterator
 
-from kafkasniff.capture.files import CaptureError, open_capture
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
+from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.protocol.records import decode_records
 from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream.analyzer import Analyzer
+
+# Smaller captures decode in a moment: a bar would only flicker.
+PROGRESS_MIN_BYTES = 8 << 20
+PROGRESS_EVERY = 512  # segments between progress updates
 
 
 def output_options(f):
     """The view and filter options that decode and sniff share."""
     options = [
         click.option("-V", "--verbose", "tree", is_flag=True, help="Full field tree of every message."),
-        click.option("--hex", "hex_", is_flag=True, help="With -V: each field's offset and bytes."),
+        click.option("--hex", "hex_", is_flag=True, help="Each field's offset and bytes (implies -V)."),
         click.option("--json", "as_json", is_flag=True, help="JSON Lines (schema in the README)."),
         click.option("--api", "apis", multiple=True, help="Only this API (name or key); repeatable."),
         click.option("--topic", "topics", multiple=True, help="Only messages about this topic; repeatable."),
         click.option("--client-id", "client_ids", multiple=True, help="Only this client id; repeatable."),
         click.option("--stream", "streams", type=int, multiple=True, help="Only this TCP stream number."),
         click.option("--errors-only", is_flag=True, help="Only messages with a non-zero error code or malformed."),
-        click.option("--stats", is_flag=True, help="Summary tables per API, topic and client id."),
+        click.option("--stats", is_flag=True,
+                     help="Summary per API, topic and client id at the end (alone: only the summary)."),
         click.option("--show-secrets", is_flag=True, help="Show SASL passwords and SCRAM proofs."),
-        click.option("--full", is_flag=True, help="Show long keys and values whole."),
+        click.option("--full", is_flag=True, help="Show long keys, values and byte runs whole."),
         click.option("--port", "ports", type=int, multiple=True,
                      help="Kafka broker port hint (Kafka is also found on any port by content)."),
     ]
@@ -40,6 +53,35 @@ def make_options(tree, hex_, as_json, apis, topics, client_ids, streams, errors_
         client_ids=frozenset(client_ids), streams=frozenset(streams), errors_only=errors_only, stats=stats)
 
 
+def wants_progress(stderr, total_size: int) -> bool:
+    return total_size >= PROGRESS_MIN_BYTES and stderr.isatty()
+
+
+def _with_progress(reader: CaptureReader, segments: Iterable[TcpSegment], progress: Progress) -> Iterator[TcpSegment]:
+    task = progress.add_task(os.path.basename(reader.path), total=reader.total_size)
+    for n, segment in enumerate(segments, 1):
+        if n % PROGRESS_EVERY == 0:
+            progress.update(task, completed=reader.position)
+        yield segment
+    progress.update(task, completed=reader.total_size)
+
+
+def decode_file(reader: CaptureReader, output: Output, ports) -> None:
+    analyzer = Analyzer(decode_records if output.options.needs_records else None, ports)
+    segments = reader.segments()
+    if not wants_progress(sys.stderr, reader.total_size):
+        for ev in analyzer.run(segments):
+            output.emit(ev)
+        return
+    # On one terminal, stdout goes through the bar (redirect) so lines print above it.
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                        console=Console(file=sys.stderr), transient=True, redirect_stdout=sys.stdout.isatty(),
+                        redirect_stderr=False)
+    with progress:
+        for ev in analyzer.run(_with_progress(reader, segments, progress)):
+            output.emit(ev)
+
+
 @click.command("decode")
 @click.argument("captures", nargs=-1, required=True)
 @output_options
@@ -47,17 +89,19 @@ def decode_command(captures, ports, **view) -> None:
     """Decode every Kafka request and response in pcap/pcapng captures (gzip too)."""
     from kafkasniff.cli import fail
 
-    options = make_options(**view)
-    output = Output(options)
-    for path in captures:
-        try:
-            reader = open_capture(path)
-        except CaptureError as e:
-            fail(str(e))
-        analyzer = Analyzer(decode_records if options.needs_records else None, ports)
-        try:
-            for ev in analyzer.run(reader.segments()):
-                output.emit(ev)
-        finally:
-            reader.close()
-    output.finish()
+    output = Output(make_options(**view))
+    try:
+        for path in captures:
+            try:
+                reader = open_capture(path)
+            except CaptureError as e:
+                fail(str(e))
+            with reader:
+                decode_file(reader, output, ports)
+            for warning in reader.warnings:
+                click.echo(f"kafkasniff: warning: {warning}", err=True)
+        output.finish()
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from kafkasniff.protocol.entities import topics
 from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.interpreter import TAGGED_FIELDS, is_error_code_field
 from kafkasniff.protocol.messages import Message
 from kafkasniff.protocol.sasl import SECRET, TOKEN
+from kafkasniff.render.bytemap import DETACHED_TYPES
 from kafkasniff.render.values import json_bytes, json_value, snake_case
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent, endpoint_text
 
 MASK = "********"
+FRAME_PREFIX = 4  # offsets shown to people count from the start of the frame's size prefix
 _RECORD_ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed"})
 
 
@@ -28,29 +32,48 @@ def error_names(msg: Message) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _malformed_json(m: Malformed, shift: int) -> dict:
+    return {"offset": m.offset + shift, "reason": m.reason}
+
+
 def _record_json(item: Field) -> dict:
+    """One record batch or legacy message; offsets of what is malformed count from the frame's start."""
     if item.type == "Malformed":
-        m: Malformed = item.value
-        return {"malformed": m.to_json()}
+        return {"malformed": _malformed_json(item.value, FRAME_PREFIX)}
     out = json_value(dict(item.value or {}))
     if item.type == "PartialBatch":
         out["partial"] = True
         return out
     inner = item.child("records") or item.child("messages")
+    # Records of a compressed batch are decoded from the decompressed bytes: offsets count within those.
+    shift = 0 if inner is not None and inner.type in DETACHED_TYPES else FRAME_PREFIX
     if item.type == "Message":
         out.pop("key", None), out.pop("value", None), out.pop("headers", None)
         if inner is not None:
-            out["records"] = [_legacy_record(m) for m in inner.children if m.type == "Message"]
+            out["records"] = [_legacy_record(m, shift) for m in inner.children if m.type in ("Message", "Malformed")]
         else:
-            out["records"] = [_legacy_record(item)]
+            out["records"] = [_legacy_record(item, shift)]
     else:
-        out["records"] = [json_value(r.value) for r in (inner.children if inner else ()) if r.type == "Record"]
+        out["records"] = [_batch_record(r, shift) for r in (inner.children if inner else ())
+                          if r.type in ("Record", "Malformed")]
     if inner is not None and inner.note and inner.note.startswith(("decompress", "decompressed size")):
         out["note"] = inner.note
     return out
 
 
-def _legacy_record(m: Field) -> dict:
+def _batch_record(r: Field, shift: int) -> dict:
+    if r.type == "Malformed":
+        return {"malformed": _malformed_json(r.value, shift)}
+    out = json_value(r.value)
+    key = r.child("key")
+    if key is not None and key.type == "ControlRecordKey":
+        out["control_type"] = key["type"].note
+    return out
+
+
+def _legacy_record(m: Field, shift: int) -> dict:
+    if m.type == "Malformed":
+        return {"malformed": _malformed_json(m.value, shift)}
     v = m.value
     return {"offset": v["offset"], "timestamp": v["timestamp"], "key": json_bytes(v["key"]),
             "value": json_bytes(v["value"]), "headers": []}
@@ -82,7 +105,9 @@ def field_json(f: Field, show_secrets: bool):
     return out
 
 
-def message_event_json(ev: MessageEvent, show_secrets: bool = False, with_body: bool = True) -> dict:
+def message_event_json(ev: MessageEvent, show_secrets: bool = False, with_body: bool = True,
+                       topic_names: Iterable[str] | None = None) -> dict:
+    """`topic_names`: the topics as Output resolves them (ids included); by default the names in the body."""
     m = ev.message
     request = ev.request
     out = {
@@ -98,9 +123,9 @@ def message_event_json(ev: MessageEvent, show_secrets: bool = False, with_body: 
         "correlation_id": m.correlation_id,
         "client_id": m.client_id if m.kind == "request" else (request.message.client_id if request else None),
         "size": m.size,
-        "topics": topics(m),
+        "topics": list(topic_names) if topic_names is not None else topics(m),
         "errors": error_names(m),
-        "malformed": m.malformed.to_json() if m.malformed else None,
+        "malformed": _malformed_json(m.malformed, FRAME_PREFIX) if m.malformed else None,
         "trailing_bytes": m.trailing.length if m.trailing else 0,
     }
     if m.kind == "response":
@@ -133,9 +158,9 @@ def notice_json(ev: NoticeEvent) -> dict:
     return out
 
 
-def event_json(ev, show_secrets: bool = False) -> dict:
+def event_json(ev, show_secrets: bool = False, topic_names: Iterable[str] | None = None) -> dict:
     if type(ev) is MessageEvent:
-        return message_event_json(ev, show_secrets)
+        return message_event_json(ev, show_secrets, topic_names=topic_names)
     if type(ev) is SaslTokenEvent:
         return sasl_token_json(ev, show_secrets)
     return notice_json(ev)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kafkasniff.render.jsonview import error_names
+from kafkasniff.render.jsonview import FRAME_PREFIX, error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent, endpoint_text
 
 
@@ -32,7 +32,7 @@ def message_line(ev: MessageEvent) -> str:
     if errors:
         parts.append("errors=" + ",".join(errors))
     if m.malformed:
-        parts.append(f"MALFORMED at {m.malformed.offset}: {m.malformed.reason}")
+        parts.append(f"MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}")
     elif m.trailing:
         parts.append(f"+{m.trailing.length} trailing bytes")
     return " ".join(parts)

@@ -1,0 +1,223 @@
+"""`--stats`: counts, bytes, latencies and errors per API, topic and client id.
+
+Computed as events go by, in memory that does not grow with the number of
+messages: counters per API, topic and client id, and per API a latency
+histogram with logarithmic buckets (see `LatencyHistogram`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kafkasniff.render.jsonview import error_names
+from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent
+
+PERCENTILES = (50, 95, 99)
+
+
+class LatencyHistogram:
+    """Latencies in buckets 1% wide on a log scale, from 1 µs up; below 1 µs, one bucket.
+
+    A percentile is the geometric middle of the bucket that holds it, clamped to
+    the smallest and largest latency seen: within 0.5% of the exact value
+    (nearest-rank definition), or within 1 µs below 1 µs. The maximum is exact.
+    Buckets are kept only when used: 2,085 span 1 µs to 1,000 s.
+    """
+
+    RATIO = 1.01
+    FLOOR_MS = 0.001
+    _LOG_RATIO = math.log(RATIO)
+
+    def __init__(self) -> None:
+        self.buckets: Counter[int] = Counter()
+        self.count = 0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def add(self, ms: float) -> None:
+        ms = max(ms, 0.0)  # capture clocks can step back; a negative latency means "no time"
+        self.count += 1
+        self.min = min(self.min, ms)
+        self.max = max(self.max, ms)
+        self.buckets[self._bucket(ms)] += 1
+
+    def _bucket(self, ms: float) -> int:
+        if ms < self.FLOOR_MS:
+            return -1
+        return int(math.log(ms / self.FLOOR_MS) / self._LOG_RATIO)
+
+    def _middle(self, bucket: int) -> float:
+        if bucket < 0:
+            return self.FLOOR_MS / 2
+        return self.FLOOR_MS * self.RATIO ** (bucket + 0.5)
+
+    def percentile(self, p: float) -> float | None:
+        if not self.count:
+            return None
+        rank = max(1, math.ceil(p / 100 * self.count))
+        seen = 0
+        for bucket in sorted(self.buckets):
+            seen += self.buckets[bucket]
+            if seen >= rank:
+                return min(max(self._middle(bucket), self.min), self.max)
+        return self.max
+
+    def to_json(self) -> dict:
+        out = {"count": self.count}
+        for p in PERCENTILES:
+            value = self.percentile(p)
+            out[f"p{p}"] = round(value, 3) if value is not None else None
+        out["max"] = round(self.max, 3) if self.count else None
+        return out
+
+
+class ApiStats:
+    __slots__ = ("api_key", "api_name", "requests", "responses", "request_bytes", "response_bytes",
+                 "latency", "errors", "malformed")
+
+    def __init__(self, api_key: int | None, api_name: str | None):
+        self.api_key = api_key
+        self.api_name = api_name
+        self.requests = self.responses = self.request_bytes = self.response_bytes = self.malformed = 0
+        self.latency = LatencyHistogram()
+        self.errors: Counter[str] = Counter()
+
+    def to_json(self) -> dict:
+        return {"api_key": self.api_key, "api_name": self.api_name, "requests": self.requests,
+                "responses": self.responses, "request_bytes": self.request_bytes,
+                "response_bytes": self.response_bytes, "latency_ms": self.latency.to_json(),
+                "errors": dict(sorted(self.errors.items())), "malformed": self.malformed}
+
+
+class TopicStats:
+    __slots__ = ("messages", "bytes", "records_produced", "records_fetched")
+
+    def __init__(self) -> None:
+        self.messages = self.bytes = self.records_produced = self.records_fetched = 0
+
+
+class ClientStats:
+    __slots__ = ("requests", "bytes", "errors")
+
+    def __init__(self) -> None:
+        self.requests = self.bytes = self.errors = 0
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.apis: dict[int | None, ApiStats] = {}
+        self.topics: dict[str, TopicStats] = {}
+        self.clients: dict[str | None, ClientStats] = {}
+        self.sasl_tokens = 0
+        self.notices: Counter[str] = Counter()
+
+    def observe(self, ev, topics: dict[str, int] | None = None) -> None:
+        """Count one event; `topics` maps each topic the message is about to the records it carries."""
+        kind = type(ev)
+        if kind is SaslTokenEvent:
+            self.sasl_tokens += 1
+        elif kind is NoticeEvent:
+            self.notices[ev.kind] += 1
+        elif kind is MessageEvent:
+            self._message(ev, topics or {})
+
+    def _message(self, ev: MessageEvent, topics: dict[str, int]) -> None:
+        m = ev.message
+        api = self.apis.get(m.api_key)
+        if api is None:
+            api = self.apis[m.api_key] = ApiStats(m.api_key, m.api_name)
+        errors = error_names(m)
+        request = m.kind == "request"
+        if request:
+            api.requests += 1
+            api.request_bytes += m.size
+            client_id = m.client_id
+        else:
+            api.responses += 1
+            api.response_bytes += m.size
+            if ev.latency_ms is not None:
+                api.latency.add(ev.latency_ms)
+            client_id = ev.request.message.client_id if ev.request else None
+        api.errors.update(errors)
+        api.malformed += m.malformed is not None
+        client = self.clients.get(client_id)
+        if client is None:
+            client = self.clients[client_id] = ClientStats()
+        client.requests += request
+        client.bytes += m.size
+        client.errors += bool(errors)
+        for name, records in topics.items():
+            topic = self.topics.get(name)
+            if topic is None:
+                topic = self.topics[name] = TopicStats()
+            topic.messages += 1
+            topic.bytes += m.size
+            if request:
+                topic.records_produced += records
+            else:
+                topic.records_fetched += records
+
+    def api_rows(self) -> list[ApiStats]:
+        return sorted(self.apis.values(), key=lambda a: (a.api_key is None, a.api_key or 0))
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "stats",
+            "apis": [a.to_json() for a in self.api_rows()],
+            "topics": [{"topic": name, "messages": t.messages, "bytes": t.bytes,
+                        "records_produced": t.records_produced, "records_fetched": t.records_fetched}
+                       for name, t in sorted(self.topics.items())],
+            "clients": [{"client_id": cid, "requests": c.requests, "bytes": c.bytes, "errors": c.errors}
+                        for cid, c in sorted(self.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))],
+            "sasl_tokens": self.sasl_tokens,
+            "notices": dict(sorted(self.notices.items())),
+        }
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _table(title: str, columns: tuple[str, ...], numeric_from: int) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold", show_edge=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="right" if i >= numeric_from else "left", no_wrap=i < numeric_from)
+    return table
+
+
+def stats_tables(stats: Stats) -> list[Table]:
+    apis = _table("per API (latency in ms)", ("API", "requests", "responses", "request bytes", "response bytes",
+                                              "p50", "p95", "p99", "max", "errors"), 1)
+    for a in stats.api_rows():
+        lat = a.latency
+        errors = ", ".join(f"{name}×{n}" for name, n in sorted(a.errors.items()))
+        if a.malformed:
+            errors = ", ".join(filter(None, (errors, f"malformed×{a.malformed}")))
+        apis.add_row(a.api_name or "?", f"{a.requests:,}", f"{a.responses:,}", f"{a.request_bytes:,}",
+                     f"{a.response_bytes:,}", *(_ms(lat.percentile(p)) for p in PERCENTILES),
+                     _ms(lat.max if lat.count else None), errors)
+    topics = _table("per topic", ("topic", "messages", "bytes", "records produced", "records fetched"), 1)
+    for name, t in sorted(stats.topics.items()):
+        topics.add_row(Text(name), f"{t.messages:,}", f"{t.bytes:,}", f"{t.records_produced:,}",
+                       f"{t.records_fetched:,}")
+    clients = _table("per client id", ("client id", "requests", "bytes", "responses with errors"), 1)
+    for cid, c in sorted(stats.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
+        clients.add_row(Text("(null)" if cid is None else cid), f"{c.requests:,}", f"{c.bytes:,}", f"{c.errors:,}")
+    return [apis, topics, clients]
+
+
+def print_stats(stats: Stats, out: TextIO) -> None:
+    console = Console(file=out, width=None if out.isatty() else 200, highlight=False)
+    for table in stats_tables(stats):
+        console.print(table)
+        console.print()
+    extra = [f"{stats.sasl_tokens:,} raw SASL tokens"] if stats.sasl_tokens else []
+    extra += [f"{n:,} {kind} notices" for kind, n in sorted(stats.notices.items())]
+    if extra:
+        console.print(", ".join(extra))

@@ -1,0 +1,268 @@
+"""`-V` and `--hex`: each event as a field tree, or as a table of byte ranges, printed as soon as it is
+decoded.
+
+The tree shows header, body and records (batches, then each record's offset, timestamp, key, value
+and headers), error-code names, CRC verdicts and codecs. `--hex` lists every byte range of the frame
+with the same rows as `explain` (render/bytemap.py). Offsets count from the start of the frame's
+4-byte size prefix. SASL secrets are masked, bytes included, unless `show_secrets`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from kafkasniff.protocol.fields import Field, Malformed
+from kafkasniff.protocol.identify import Identification
+from kafkasniff.protocol.interpreter import TAGGED_FIELDS, is_error_code_field
+from kafkasniff.protocol.messages import Message
+from kafkasniff.protocol.records import DECOMPRESSED_NOTE
+from kafkasniff.protocol.sasl import SECRET, TOKEN
+from kafkasniff.protocol.schema import api_name, apis
+from kafkasniff.render.bytemap import DETACHED_TYPES, Row, rows
+from kafkasniff.render.explain import message_rows
+from kafkasniff.render.jsonview import FRAME_PREFIX, MASK
+from kafkasniff.render.oneline import message_line, notice_line, sasl_line
+from kafkasniff.render.values import DEFAULT_MAX_VALUE, show_bytes, show_value
+from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
+
+HEX_SHOWN = 8  # bytes per row shown unless --full
+_ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed"})
+_SECRET_BYTE = "••"
+API_KEY_FIELDS = frozenset({"ApiKey", "RequestApiKey"})
+
+
+def frame_rows(msg: Message, payload, limit: int | None) -> list[Row]:
+    """Byte-map rows of one frame: the size prefix, then header, body and anything after, at frame offsets."""
+    payload_rows = message_rows(Identification(msg, False), payload, limit)
+    return [Row(0, FRAME_PREFIX, "size", "int32", str(len(payload)))] + [
+        r._replace(offset=r.offset + FRAME_PREFIX) for r in payload_rows]
+
+
+def token_rows(ev: SaslTokenEvent, limit: int | None) -> list[Row]:
+    """Byte-map rows of a raw SASL token frame."""
+    token = Field("token", TOKEN if ev.fields else "bytes", 0, len(ev.token), ev.token, ev.fields)
+    return [Row(0, FRAME_PREFIX, "size", "int32", str(len(ev.token)))] + [
+        r._replace(offset=r.offset + FRAME_PREFIX) for r in rows(token, "", limit)]
+
+
+def timestamp_text(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "no timestamp"
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+class TreeView:
+    def __init__(self, out: TextIO | None = None, *, hex_: bool = False, show_secrets: bool = False,
+                 full: bool = False):
+        stream = out or sys.stdout
+        # file=None follows sys.stdout, which a progress bar on the same terminal redirects.
+        self.console = Console(file=out, width=None if stream.isatty() else 200, highlight=False)
+        self.hex = hex_
+        self.show_secrets = show_secrets
+        self.full = full
+        self.limit = None if full else DEFAULT_MAX_VALUE
+
+    def show(self, ev) -> None:
+        # The frame's bytes, for --hex, when the event keeps them (MessageEvent.payload).
+        self.console.print(self.render(ev, getattr(ev, "payload", None)))
+
+    def render(self, ev, payload: bytes | None = None) -> RenderableType:
+        """One event; `payload` is a message's frame without its size prefix (--hex shows its bytes)."""
+        if type(ev) is MessageEvent:
+            return self._message(ev, payload)
+        if type(ev) is SaslTokenEvent:
+            return self._sasl(ev)
+        return Text(notice_line(ev), style="yellow")
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def _message(self, ev: MessageEvent, payload: bytes | None) -> RenderableType:
+        m = ev.message
+        headline = Text(message_line(ev), style="bold")
+        if self.hex:
+            frame = len(payload).to_bytes(4, "big") + payload if payload is not None else None
+            # message_rows reads only len(data): a range stands in for a payload the event does not keep.
+            rows_ = frame_rows(m, payload if payload is not None else range(m.size), self.limit)
+            parts = [headline, self._hex_table(rows_, frame)]
+        else:
+            tree = Tree(headline, guide_style="dim")
+            if m.header is not None:
+                header = tree.add(self._label("header", f"{m.header.type} v{m.header_version}"))
+                self._members(header, m.header)
+            if m.body is not None:
+                self._members(tree.add(self._label("body", m.body.type)), m.body)
+            parts = [tree]
+        if m.malformed:
+            parts.append(Text(f"MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}",
+                              style="bold red"))
+        if m.trailing:
+            t = m.trailing
+            parts.append(Text(f"{t.length} trailing bytes after the body, bytes {t.offset + FRAME_PREFIX}-"
+                              f"{t.end + FRAME_PREFIX - 1}: {show_bytes(t.value, self.limit)}", style="yellow"))
+        return Group(*parts) if len(parts) > 1 else parts[0]
+
+    def _label(self, name: str, type_: str, value: str | None = None, style: str = "") -> Text:
+        text = Text(name, style="bold")
+        if value is not None:
+            text.append(": ")
+            text.append(value, style=style)
+        text.append(f"  {type_}", style="dim")
+        return text
+
+    def _members(self, node: Tree, struct: Field) -> None:
+        for c in struct.children or ():
+            if c.name == TAGGED_FIELDS:
+                for tagged in c.children or ():
+                    self._field(node, tagged)
+            else:
+                self._field(node, c)
+
+    def _field(self, node: Tree, f: Field) -> None:
+        if f.type == "records" and f.children is not None:
+            self._records(node, f)
+        elif f.type == SECRET:
+            node.add(self._label(f.name, f.type, f.value if self.show_secrets else MASK, "magenta"))
+        elif f.type == TOKEN:
+            self._members(node.add(self._label(f.name, "SASL token", f"{len(f.value)} bytes")), f)
+        elif f.children is None or (f.children and f.children[0].type == "bits"):
+            style = "red" if is_error_code_field(f.name, f.type) and f.value else ""
+            node.add(self._label(f.name, f.type, self._value(f), style))
+        elif f.type.startswith("[]"):
+            branch = node.add(self._label(f.name, f.type, f"{len(f.children)} items"))
+            for item in f.children:
+                if item.children is None:
+                    branch.add(self._label(item.name, item.type, self._value(item)))
+                else:
+                    self._members(branch.add(Text(item.name, style="bold")), item)
+        else:
+            self._members(node.add(self._label(f.name, f.type)), f)
+
+    def _value(self, f: Field) -> str:
+        if f.children and f.children[0].type == "bits":
+            return f"{f.value} (" + ", ".join(f"{c.name}={c.note or c.value}" for c in f.children) + ")"
+        if f.name in API_KEY_FIELDS and f.type == "int16" and f.value in apis():
+            return f"{f.value} ({api_name(f.value)})"
+        return show_value(f, self.limit)
+
+    # -- records --------------------------------------------------------------------------------
+
+    def _records(self, node: Tree, f: Field) -> None:
+        items = [i for i in f.children if i.type in _ITEM_TYPES]
+        kind = "legacy message" if items and items[0].type == "Message" else "record batch"
+        count = f"{len(items)} {kind}" + ("" if len(items) == 1 else "es" if kind.endswith("h") else "s")
+        branch = node.add(self._label(f.name, f.type, f"{count} in {f.length:,} bytes"))
+        for item in items:
+            self._item(branch, item, FRAME_PREFIX)
+
+    def _item(self, node: Tree, item: Field, shift: int) -> None:
+        if item.type == "Malformed":
+            node.add(self._malformed(item.value, shift))
+            return
+        if item.type == "PartialBatch":
+            branch = node.add(Text(item.note, style="yellow"))
+            for c in item.children:
+                self._field(branch, c)
+            return
+        v = item.value
+        crc = Text("CRC valid", style="green") if v["crc_valid"] else Text(
+            f"CRC INVALID (computed 0x{v['crc_computed']:08X})", style="bold red")
+        facts = [f"codec {v['codec']}"]
+        if item.type == "RecordBatch":
+            facts += [f"{v['record_count']} records", f"base offset {v['base_offset']}"]
+            if v["producer_id"] != -1:
+                facts.append(f"producer id {v['producer_id']}")
+            facts += [flag for flag in ("transactional", "control") if v[f"is_{flag}"]]
+            title = Text.assemble(("record batch", "bold"), f" (magic {v['magic']}): {', '.join(facts)}, ", crc)
+        else:
+            facts += [f"offset {v['offset']}", f"timestamp {timestamp_text(v['timestamp'])}"]
+            title = Text.assemble(("message", "bold"), f" (magic {v['magic']}): {', '.join(facts)}, ", crc)
+        branch = node.add(title)
+        for c in item.children:
+            if c.name in ("records", "messages"):
+                self._inner(branch, c, shift)
+            else:
+                self._field(branch, c)
+
+    def _inner(self, node: Tree, inner: Field, shift: int) -> None:
+        """The records of a batch, or the messages inside a compressed wrapper message."""
+        if inner.type in DETACHED_TYPES:
+            shift = 0
+            problem = inner.note and not inner.note.startswith(DECOMPRESSED_NOTE)
+            size = f"{len(inner.value):,} bytes decompressed" if inner.value is not None else "not decompressed"
+            branch = node.add(Text(f"{inner.name}: {size} ({inner.note})", style="bold red" if problem else ""))
+        else:
+            branch = node.add(self._label(inner.name, inner.type, inner.note))
+        for r in inner.children:
+            if r.type == "Record":
+                self._record(branch, r)
+            else:
+                self._item(branch, r, shift)
+
+    def _record(self, node: Tree, r: Field) -> None:
+        v = r.value
+        key = r["key"]
+        if key.type == "ControlRecordKey":
+            title = Text.assemble(("control record ", "bold"), (key["type"].note, "bold cyan"),
+                                  f" offset {v['offset']}, timestamp {timestamp_text(v['timestamp'])}")
+        else:
+            title = Text.assemble(("record", "bold"),
+                                  f" offset {v['offset']}, timestamp {timestamp_text(v['timestamp'])}")
+        branch = node.add(title)
+        for name in ("key", "value"):
+            f = r[name]
+            if f.children is not None:  # control record key and value
+                self._field(branch, f)
+            else:
+                branch.add(self._label(name, f.type, "null" if v[name] is None else show_bytes(v[name], self.limit)))
+        for k, value in v["headers"]:
+            branch.add(Text.assemble(("header ", "bold"), k, ": ",
+                                     "null" if value is None else show_bytes(value, self.limit)))
+
+    def _malformed(self, m: Malformed, shift: int) -> Text:
+        where = "byte" if shift else "decompressed byte"
+        return Text(f"MALFORMED at {where} {m.offset + shift}: {m.reason}", style="bold red")
+
+    # -- SASL -----------------------------------------------------------------------------------
+
+    def _sasl(self, ev: SaslTokenEvent) -> RenderableType:
+        headline = Text(sasl_line(ev, self.show_secrets), style="bold")
+        if self.hex:
+            frame = len(ev.token).to_bytes(4, "big") + ev.token
+            return Group(headline, self._hex_table(token_rows(ev, self.limit), frame))
+        tree = Tree(headline, guide_style="dim")
+        for f in ev.fields or ():
+            self._field(tree, f)
+        return tree
+
+    # -- byte table -----------------------------------------------------------------------------
+
+    def _hex_table(self, all_rows: list[Row], frame: bytes | None) -> Table:
+        table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+        columns = ("offset", "bytes", "field", "type") if frame is not None else ("offset", "field", "type")
+        for col in columns:
+            table.add_column(col, no_wrap=True)
+        table.add_column("value", overflow="fold", min_width=20)
+        for r in all_rows:
+            masked = r.type == SECRET and not self.show_secrets
+            span = str(r.offset) if r.length <= 1 else f"{r.offset}-{r.offset + r.length - 1}"
+            value = MASK if masked else "length prefix / token syntax" if r.type == TOKEN else r.value
+            cells = [span, Text(r.path), r.type, Text(value, style="magenta" if r.type == SECRET else "")]
+            if frame is not None:
+                cells.insert(1, self._hex(frame, r, masked))
+            table.add_row(*cells)
+        return table
+
+    def _hex(self, frame: bytes, r: Row, masked: bool) -> str:
+        shown = r.length if self.full else min(r.length, HEX_SHOWN)
+        text = " ".join([_SECRET_BYTE] * shown) if masked else frame[r.offset:r.offset + shown].hex(" ")
+        return text + (" …" if shown < r.length else "")
