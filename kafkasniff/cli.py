@@ -101,9 +101,12 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
 def _register_commands() -> None:
     from kafkasniff.commands.decode import decode_command
     from kafkasniff.commands.sniff import sniff_command
+    from kafkasniff.commands.spark import report_command, spark_command
 
     main.add_command(decode_command)
     main.add_command(sniff_command)
+    main.add_command(spark_command)
+    main.add_command(report_command)
 
 
 _register_commands()

@@ -1,0 +1,157 @@
+"""`kafkasniff spark INPUT... --out DIR` and `kafkasniff report DIR`: the Spark pipeline.
+
+PySpark is imported only when a command runs, so the rest of the tool works without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+
+import click
+from rich.table import Table as RichTable
+
+from kafkasniff.pipeline.sparkenv import DEFAULT_MASTER
+
+_WARNINGS_SHOWN = 5
+
+
+def _spark_options(f):
+    f = click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
+                     help="A Spark setting, e.g. spark.executor.memory=4g; repeatable.")(f)
+    return click.option("--master", default=DEFAULT_MASTER, show_default=True,
+                        help="Spark master URL (local[N], spark://host:7077, yarn, k8s://...).")(f)
+
+
+def _conf_pairs(confs) -> dict[str, str]:
+    from kafkasniff.cli import fail
+
+    pairs = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--conf {item}: give KEY=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+@contextmanager
+def _spark(master: str, confs):
+    """A Spark session for the command, or exit 2 saying what is missing."""
+    from kafkasniff.cli import fail
+    from kafkasniff.pipeline.sparkenv import SparkUnavailable, missing_requirement, spark_session
+
+    problem = missing_requirement()
+    if problem:
+        fail(problem)
+    try:
+        with spark_session(master, _conf_pairs(confs)) as spark:
+            yield spark
+    except SparkUnavailable as error:
+        fail(str(error))
+
+
+@click.command("spark")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", "out", required=True, help="Folder (or Hadoop URI) for the Parquet tables; replaced.")
+@click.option("--port", "ports", type=int, multiple=True,
+              help="Kafka broker port hint (Kafka is also found on any port by content).")
+@click.option("--partitions", type=click.IntRange(1), help="Shuffle partitions (default: Spark's parallelism).")
+@_spark_options
+def spark_command(inputs, out, ports, partitions, master, confs) -> None:
+    """Decode many captures on Spark into Parquet tables: messages, records, connections.
+
+    INPUT is a capture file, a folder (searched recursively) or a glob; or a Hadoop URI
+    (hdfs://, s3a://, file:///...). A connection split across rotated files (tcpdump -C/-G)
+    is reassembled as if it were one capture.
+    """
+    from kafkasniff.cli import fail, make_console
+    from kafkasniff.pipeline.inputs import InputError, expand_local, expand_uris, is_uri
+
+    from kafkasniff.pipeline.build import build_tables
+
+    try:
+        files, warnings = expand_local([i for i in inputs if not is_uri(i)])
+    except InputError as error:
+        fail(str(error))
+    if not is_uri(out):
+        out = os.path.abspath(out)
+    with _spark(master, confs) as spark:
+        try:
+            files += expand_uris(spark, [i for i in inputs if is_uri(i)])
+        except InputError as error:
+            fail(str(error))
+        if not files:
+            fail("no capture files among the inputs")
+        summary = build_tables(spark, files, out, ports, partitions)
+    warnings += summary.warnings
+    for line in warnings[:_WARNINGS_SHOWN]:
+        click.echo(f"kafkasniff: {line}", err=True)
+    if len(warnings) > _WARNINGS_SHOWN:
+        click.echo(f"kafkasniff: ... and {len(warnings) - _WARNINGS_SHOWN} more warnings", err=True)
+    table = RichTable(title=f"Tables written to {out}", header_style="bold")
+    for column in ("files", "MB", "packets", "connections", "messages", "records", "seconds", "MB/s"):
+        table.add_column(column, justify="right")
+    mb = summary.bytes / 1e6
+    table.add_row(str(summary.files), f"{mb:.1f}", str(summary.segments), str(summary.connections),
+                  str(summary.messages), str(summary.records), f"{summary.seconds:.1f}",
+                  f"{mb / summary.seconds:.2f}" if summary.seconds else "-")
+    make_console().print(table)
+
+
+@click.command("report")
+@click.argument("directory")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with every section.")
+@click.option("--top", type=click.IntRange(1), default=20, show_default=True,
+              help="Rows in the topics and clients sections.")
+@_spark_options
+def report_command(directory, as_json, top, master, confs) -> None:
+    """Latency percentiles, error rates, top topics, clients and throttling from `spark` tables."""
+    from kafkasniff.cli import fail, make_console
+    from kafkasniff.pipeline.inputs import is_uri
+    from kafkasniff.pipeline.report import report
+    from kafkasniff.pipeline.tables import TABLES
+
+    if not is_uri(directory):
+        missing = [t.name for t in TABLES if not os.path.isdir(os.path.join(directory, t.name))]
+        if missing:
+            fail(f"{directory}: no {', '.join(missing)} table; give the --out folder of `kafkasniff spark`")
+    with _spark(master, confs) as spark:
+        sections = report(spark, directory, top)
+    if as_json:
+        click.echo(json.dumps(sections, indent=1))
+        return
+    console = make_console()
+    for name, rows in sections.items():
+        console.print(_rich_table(name, rows))
+
+
+_TITLES = {
+    "summary": "Summary",
+    "latency": "Response latency per API (ms)",
+    "errors": "Error codes in responses (rate: share of that API's responses)",
+    "topics": "Top topics by record bytes (key + value)",
+    "clients": "Clients",
+    "throttle": "Throttle time in responses (ms)",
+}
+
+
+def _rich_table(name: str, rows: list[dict]) -> RichTable:
+    table = RichTable(title=_TITLES[name], header_style="bold", title_justify="left")
+    if not rows:
+        table.add_column("(none)")
+        return table
+    for column, value in rows[0].items():
+        table.add_column(column, justify="right" if isinstance(value, (int, float)) else "left")
+    for row in rows:
+        table.add_row(*(_cell(v) for v in row.values()))
+    return table
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)

@@ -1,0 +1,149 @@
+"""The Spark job: capture files -> keyed segments -> one connection per decoder -> Parquet tables.
+
+Stages:
+1. read: one task per local file (streamed by the project's reader), or Spark's binaryFiles
+   for URIs; every TCP segment is keyed by its 4-tuple (see `reading`);
+2. shuffle: repartitionAndSortWithinPartitions hashes the 4-tuple to a partition and sorts
+   each partition by the key with PySpark's external (spilling) sorter, so a partition is a
+   sequence of 4-tuples, each one's packets in order, and a big connection never has to fit
+   in memory;
+3. decode: mapPartitions streams each 4-tuple's run through TcpReassembler and Analyzer and
+   emits rows of every table, kept (memory, then disk) for the writes;
+4. number the connections of the run by first-seen time, resolve topic ids to names, and
+   write each table as Parquet partitioned by date.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+from operator import itemgetter
+
+from kafkasniff.pipeline.connections import (CONNECTION_ROW, MESSAGE_ROW, RECORD_ROW, TOPIC_NAME_ROW,
+                                             decode_sorted_partition)
+from kafkasniff.pipeline.inputs import CaptureFile
+from kafkasniff.pipeline.reading import read_local, read_spooled
+from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS, Table
+
+_COUNTS = ("files", "bytes", "frames", "segments")
+
+
+@dataclass
+class BuildSummary:
+    files: int = 0
+    bytes: int = 0
+    frames: int = 0
+    segments: int = 0
+    connections: int = 0
+    messages: int = 0
+    records: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _stats_param():
+    from pyspark.accumulators import AccumulatorParam
+
+    class ReadStats(AccumulatorParam):
+        def zero(self, value):
+            return _no_reads()
+
+        def addInPlace(self, total, more):
+            for k in _COUNTS:
+                total[k] += more.get(k, 0)
+            total["warnings"] += more.get("warnings", [])
+            return total
+
+    return ReadStats()
+
+
+def _no_reads() -> dict:
+    return {**{k: 0 for k in _COUNTS}, "warnings": []}
+
+
+def _partition_of(key) -> int:
+    """Partition by the 4-tuple only, with a hash that is the same in every worker process."""
+    return zlib.crc32(repr(key[0]).encode())
+
+
+def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None
+                 ) -> BuildSummary:
+    """Decode `files` and write the messages, records and connections tables under `out`."""
+    from pyspark import StorageLevel
+
+    started = time.monotonic()
+    sc = spark.sparkContext
+    stats = sc.accumulator(_no_reads(), _stats_param())
+    hints = frozenset(port_hints)
+
+    sources = []
+    local = [f.name for f in files if f.local]
+    if local:
+        sources.append(sc.parallelize(local, len(local)).flatMap(lambda path: read_local(path, path, stats.add)))
+    remote = [f.name for f in files if not f.local]
+    if remote:
+        sources.append(sc.binaryFiles(",".join(remote))
+                       .flatMap(lambda item: read_spooled(item[0], item[1], stats.add)))
+    segments = sources[0] if len(sources) == 1 else sc.union(sources)
+
+    tagged = (segments
+              .repartitionAndSortWithinPartitions(partitions or max(2, sc.defaultParallelism),
+                                                  partitionFunc=_partition_of)
+              .mapPartitions(lambda items: decode_sorted_partition(items, hints))
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        summary = _write_tables(spark, tagged, out)
+    finally:
+        tagged.unpersist()
+    read = stats.value
+    summary.files, summary.bytes, summary.frames, summary.segments = (read[k] for k in _COUNTS)
+    summary.warnings = read["warnings"]
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _write_tables(spark, tagged, out: str) -> BuildSummary:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    def raw_frame(tag: int, table: Table):
+        rows = tagged.filter(lambda item: item[0] == tag).map(itemgetter(1))
+        return spark.createDataFrame(rows, table.raw_ddl())
+
+    connections = raw_frame(CONNECTION_ROW, CONNECTIONS).withColumn(
+        "stream", F.row_number().over(Window.orderBy("first_seen", "client", "server", "connection_id")) - 1)
+    connections = _final(connections, CONNECTIONS).persist()
+    numbers = F.broadcast(connections.select("connection_id", "stream"))
+
+    names = spark.createDataFrame(tagged.filter(lambda item: item[0] == TOPIC_NAME_ROW).map(itemgetter(1)),
+                                  "topic_id string, known_name string")
+    names = F.broadcast(names.groupBy("topic_id").agg(F.min("known_name").alias("known_name")))
+    records = (raw_frame(RECORD_ROW, RECORDS).join(names, "topic_id", "left")
+               .withColumn("topic", F.coalesce("topic", "known_name")).join(numbers, "connection_id", "left"))
+    messages = raw_frame(MESSAGE_ROW, MESSAGES).join(numbers, "connection_id", "left")
+
+    summary = BuildSummary()
+    counts = tagged.map(itemgetter(0)).countByValue()
+    summary.connections, summary.messages, summary.records = (
+        counts.get(CONNECTION_ROW, 0), counts.get(MESSAGE_ROW, 0), counts.get(RECORD_ROW, 0))
+    for table, frame in ((CONNECTIONS, connections), (MESSAGES, _final(messages, MESSAGES)),
+                         (RECORDS, _final(records, RECORDS))):
+        frame.write.mode("overwrite").partitionBy("date").parquet(f"{out.rstrip('/')}/{table.name}")
+    connections.unpersist()
+    return summary
+
+
+def _final(frame, table: Table):
+    """Raw columns to the table's: timestamps from microseconds, `date`, the documented order."""
+    from pyspark.sql import functions as F
+
+    columns = []
+    for c in table.columns:
+        if c.name == "date":
+            columns.append(F.to_date(F.timestamp_micros(F.col(table.time_column))).alias("date"))
+        elif c.type == "timestamp":
+            columns.append(F.timestamp_micros(F.col(c.name)).alias(c.name))
+        else:
+            columns.append(F.col(c.name))
+    return frame.select(*columns)

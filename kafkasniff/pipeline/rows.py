@@ -1,0 +1,138 @@
+"""Rows of the `messages` and `records` tables from decoded MessageEvents.
+
+Message columns are taken from `message_event_json`, the function behind `decode --json`, so
+the table and the JSON agree by construction. Times are microseconds since the epoch (see
+`tables`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+
+from kafkasniff.protocol.fields import Field
+from kafkasniff.protocol.records import records_of
+from kafkasniff.protocol.schema import in_range, message_variant
+from kafkasniff.render.jsonview import message_event_json
+from kafkasniff.stream.session import MessageEvent
+
+_TOPIC_NAME_FIELDS = frozenset({"Name", "Topic", "TopicName"})
+_PARTITION_FIELDS = frozenset({"Index", "PartitionIndex", "Partition"})
+_RECORD_ITEMS = frozenset({"RecordBatch", "Message"})
+
+
+def micros(ts: float) -> int:
+    return round(ts * 1e6)
+
+
+def message_row(ev: MessageEvent, connection_id: str, files: list[str], record_count: int | None) -> dict:
+    row = message_event_json(ev, with_body=False)
+    m = ev.message
+    throttle = m.body.child("ThrottleTimeMs") if m.kind == "response" and m.body is not None else None
+    row.update(
+        ts=micros(ev.ts), connection_id=connection_id, capture_files=files,
+        latency_ms=ev.latency_ms, throttle_time_ms=throttle.value if throttle is not None else None,
+        record_count=record_count,
+        malformed=m.malformed.reason if m.malformed else None,
+        malformed_offset=m.malformed.offset if m.malformed else None,
+        inferred=row.get("inferred"), expects_response=row.get("expects_response"))
+    return row
+
+
+def record_rows(ev: MessageEvent, connection_id: str, client_id: str | None) -> list[dict] | None:
+    """One row per decoded record of the message; None when it carries no record batches."""
+    m = ev.message
+    if m.body is None:
+        return None
+    sources = list(_records_fields(m.body, None, None, None))
+    if not sources:
+        return None
+    common = {"ts": micros(ev.ts), "connection_id": connection_id,
+              "direction": "produce" if m.kind == "request" else "fetch",
+              "api_name": m.api_name, "api_version": m.api_version, "correlation_id": m.correlation_id,
+              "client_id": client_id}
+    rows = []
+    for topic, topic_id, partition, records in sources:
+        for item in records.children:
+            if item.type not in _RECORD_ITEMS:
+                continue  # partial batches (a Fetch filled to its limit) and malformed items hold no records
+            batch = item.value
+            for record in records_of(item):
+                r = record.value
+                timestamp = r.get("timestamp")
+                rows.append({
+                    **common, "topic": topic, "topic_id": topic_id, "partition": partition,
+                    "offset": r["offset"],
+                    "timestamp": timestamp * 1000 if timestamp is not None and timestamp >= 0 else None,
+                    "key_size": _size(r["key"]), "value_size": _size(r["value"]),
+                    "header_count": len(r["headers"]), "codec": batch["codec"], "magic": batch["magic"],
+                    "producer_id": batch["producer_id"], "is_transactional": batch["is_transactional"],
+                    "is_control": batch["is_control"], "crc_valid": batch["crc_valid"] and r.get("crc_valid", True),
+                })
+    return rows
+
+
+def topic_names(ev: MessageEvent) -> Iterator[tuple[str, str]]:
+    """(topic id, topic name) pairs the message states, e.g. in a Metadata response."""
+    m = ev.message
+    if m.body is None or m.api_key is None or not _states_topic_ids(m.api_key, m.kind, m.api_version):
+        return
+    stack = [m.body]
+    while stack:
+        f = stack.pop()
+        if not f.children or f.type == "records":
+            continue
+        if not f.type.startswith("[]"):
+            name = topic_id = None
+            for c in f.children:
+                if c.name in _TOPIC_NAME_FIELDS and c.type == "string":
+                    name = c.value
+                elif c.name == "TopicId" and c.type == "uuid":
+                    topic_id = c.value
+            if name and topic_id:
+                yield topic_id, name
+        stack.extend(f.children)
+
+
+def _size(value: bytes | None) -> int | None:
+    return len(value) if value is not None else None
+
+
+def _records_fields(f: Field, topic, topic_id, partition) -> Iterator[tuple]:
+    """(topic, topic id, partition, records field) for each expanded `records` field under f."""
+    children = f.children or ()
+    if not f.type.startswith("[]"):
+        for c in children:
+            if c.name in _TOPIC_NAME_FIELDS and c.type == "string":
+                topic = c.value
+            elif c.name == "TopicId" and c.type == "uuid":
+                topic_id = c.value
+            elif c.name in _PARTITION_FIELDS and c.type == "int32":
+                partition = c.value
+    for c in children:
+        if c.type == "records":
+            if c.children is not None:
+                yield topic, topic_id, partition, c
+        elif c.children:
+            yield from _records_fields(c, topic, topic_id, partition)
+
+
+@cache
+def _states_topic_ids(api_key: int, kind: str, version: int) -> bool:
+    """Whether some struct of this message version holds both a topic name and a topic id."""
+    variant = message_variant(api_key, kind, version)
+    if variant is None:
+        return False
+
+    def walk(fields: list[dict]) -> bool:
+        present = [f for f in fields if in_range(version, f.get("versions"))]
+        names = {f["name"] for f in present}
+        if "TopicId" in names and names & _TOPIC_NAME_FIELDS:
+            return True
+        for f in present:
+            inner = f.get("fields") or variant.structs.get(f["type"].removeprefix("[]"))
+            if inner and walk(inner):
+                return True
+        return False
+
+    return walk(variant.fields)

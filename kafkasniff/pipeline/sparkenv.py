@@ -1,0 +1,150 @@
+"""Start and stop the Spark session of the `spark` and `report` commands.
+
+PySpark is an optional extra and Spark needs a Java runtime: `missing_requirement` says in
+one line what to install. Spark's own output (JVM warnings, log4j) goes to a log file, not
+the console; a session that fails to start shows the end of that log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+
+INSTALL_PYSPARK = "PySpark is not installed: pip install 'kafkasniff[spark]'"
+DEFAULT_MASTER = "local[*]"
+_LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+_SESSION_CONF = {
+    "spark.app.name": "kafkasniff",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+class SparkUnavailable(Exception):
+    """Spark cannot run here; the message says what to install or where Spark's log is."""
+
+
+def missing_requirement() -> str | None:
+    """What to install before Spark can run, in one line; None when all is there."""
+    try:
+        pyspark_version = metadata.version("pyspark")
+        import pyspark  # noqa: F401  (an installed but broken package fails here)
+    except (ImportError, metadata.PackageNotFoundError):
+        return INSTALL_PYSPARK
+    needed = 17 if int(pyspark_version.split(".")[0]) >= 4 else 8
+    install = f"install a Java {max(needed, 17)} runtime (e.g. apt-get install openjdk-17-jre-headless)"
+    java = java_command()
+    if java is None:
+        return f"Spark needs Java and none was found: {install} or set JAVA_HOME"
+    version = java_major_version(java)
+    if version is None:
+        return f"{java} does not run: {install} or set JAVA_HOME"
+    if version < needed:
+        return f"PySpark {pyspark_version} needs Java {needed}+, {java} is Java {version}: {install}"
+    return None
+
+
+def java_command() -> str | None:
+    """The java Spark will start: $JAVA_HOME/bin/java, else java on the PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home, "bin", "java")
+        return str(java) if java.is_file() else None
+    return shutil.which("java")
+
+
+def java_major_version(java: str) -> int | None:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if out.returncode or not found:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major  # "1.8.0" is Java 8
+
+
+@contextmanager
+def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None):
+    """A SparkSession for the pipeline. An already running session is reused (and left running);
+    otherwise one is started here and stopped on exit."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.conf.set("spark.sql.session.timeZone", "UTC")
+        yield active
+        return
+    session, log_dir = start_session(master, conf)
+    try:
+        yield session
+    finally:
+        session.stop()
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def start_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None):
+    """Start a SparkSession; returns (session, directory of Spark's log). Raises SparkUnavailable."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local = master.startswith("local")
+    if local:  # workers must run this interpreter, which has kafkasniff and its dependencies
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    log_dir = Path(tempfile.mkdtemp(prefix="kafkasniff-spark-"))
+    (log_dir / "log4j2.properties").write_text(_LOG4J)
+    log_path = log_dir / "spark.log"
+    builder = SparkSession.builder.master(master)
+    settings = {**_SESSION_CONF,
+                "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_dir / 'log4j2.properties'}",
+                **(conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        with _stderr_to(log_path):  # the JVM inherits stderr at start and keeps it
+            session = builder.getOrCreate()
+    except Exception as error:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+        shutil.rmtree(log_dir, ignore_errors=True)
+        raise SparkUnavailable(f"Spark did not start ({error.__class__.__name__}: {str(error)[:300]})"
+                               + "".join(f"\n  {line}" for line in tail)) from None
+    if not local:
+        session.sparkContext.addPyFile(_package_zip(log_dir))
+    return session, log_dir
+
+
+@contextmanager
+def _stderr_to(path: Path):
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _package_zip(directory: Path) -> str:
+    """kafkasniff as a zip for the executors of a cluster (its dependencies must be installed there)."""
+    package = Path(__file__).resolve().parent.parent
+    return shutil.make_archive(str(directory / "kafkasniff"), "zip", root_dir=package.parent,
+                               base_dir=package.name)

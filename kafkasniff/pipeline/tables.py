@@ -1,0 +1,128 @@
+"""The Parquet tables the Spark pipeline writes: columns, Spark SQL types and meaning.
+
+One definition serves the workers (which build rows in `raw_columns` order), the job (which
+turns raw rows into the final tables) and the documentation. Workers cannot make Spark
+timestamps cheaply, so a `timestamp` column travels as microseconds since the epoch
+(`bigint`) and becomes a timestamp on the JVM side. `date` and `stream` are not in the raw
+rows: `date` comes from each table's time column, `stream` from numbering the connections
+of the whole run.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Column(NamedTuple):
+    name: str
+    type: str  # Spark SQL DDL type
+    doc: str
+
+
+class Table(NamedTuple):
+    name: str
+    time_column: str  # the column `date` is taken from
+    columns: tuple[Column, ...]
+    doc: str
+
+    @property
+    def raw_columns(self) -> tuple[Column, ...]:
+        return tuple(Column(c.name, "bigint" if c.type == "timestamp" else c.type, c.doc)
+                     for c in self.columns if c.name not in DERIVED)
+
+    @property
+    def raw_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.raw_columns)
+
+    def raw_ddl(self) -> str:
+        return ", ".join(f"`{c.name}` {c.type}" for c in self.raw_columns)
+
+
+DATE = Column("date", "date", "UTC date of the row's time; the table is partitioned by it (`date=YYYY-MM-DD/`)")
+STREAM = Column("stream", "bigint",
+                "Connection number, 0, 1, ... in order of first-seen time over all inputs of the run; for a single "
+                "capture it is the `stream` that `decode` prints. Stable for the same inputs, whatever the split "
+                "into files or Spark partitions")
+CONNECTION_ID = Column("connection_id", "string",
+                       "Stable connection key across runs: hash of both endpoints and the first-seen microsecond")
+DERIVED = frozenset({DATE.name, STREAM.name})
+
+MESSAGES = Table("messages", "ts", (
+    DATE,
+    Column("ts", "timestamp", "Capture time of the segment that completed the message (`ts` of `decode --json`)"),
+    STREAM,
+    CONNECTION_ID,
+    Column("capture_files", "array<string>", "Capture file(s) holding the message's bytes"),
+    Column("src", "string", "Sender, `ip:port` (`[ip]:port` for IPv6)"),
+    Column("dst", "string", "Receiver, `ip:port`"),
+    Column("kind", "string", "`request` or `response`"),
+    Column("api_key", "int", "Kafka API key; null when a response's API is unknown"),
+    Column("api_name", "string", "API name (Produce, Fetch, Metadata, ...)"),
+    Column("api_version", "int", "API version"),
+    Column("header_version", "int", "Request/response header version"),
+    Column("correlation_id", "int", "Correlation id from the header"),
+    Column("client_id", "string", "Client id of the request (for a response: of its request)"),
+    Column("size", "int", "Message bytes after the 4-byte size prefix"),
+    Column("latency_ms", "double", "Responses: capture time from the request to the response, milliseconds"),
+    Column("throttle_time_ms", "int", "Responses: the ThrottleTimeMs the broker sent; null when the response has none"),
+    Column("errors", "array<string>", "Names of the non-zero error codes anywhere in the message, each once"),
+    Column("topics", "array<string>", "Topic names in the message (as `decode` lists them; topic ids are not names)"),
+    Column("record_count", "int",
+           "Records decoded in the message's record batches (Produce requests, Fetch responses); null otherwise"),
+    Column("inferred", "boolean", "Responses: the request was not captured and the API was inferred from the bytes"),
+    Column("expects_response", "boolean", "Requests: a response is due (false for Produce with acks=0)"),
+    Column("malformed", "string", "Why decoding stopped early; null for a well-formed message"),
+    Column("malformed_offset", "int", "Byte offset (within the message) where decoding stopped"),
+    Column("trailing_bytes", "int", "Bytes left over after a complete body"),
+), "one row per Kafka request or response")
+
+RECORDS = Table("records", "ts", (
+    DATE,
+    Column("ts", "timestamp", "Capture time of the message that carried the record"),
+    STREAM,
+    CONNECTION_ID,
+    Column("direction", "string", "`produce` (in a request) or `fetch` (in a response)"),
+    Column("api_name", "string", "API of the carrying message (Produce, Fetch, ShareFetch)"),
+    Column("api_version", "int", "API version of the carrying message"),
+    Column("correlation_id", "int", "Correlation id of the carrying message"),
+    Column("client_id", "string", "Client id of the request (for a response: of its request)"),
+    Column("topic", "string", "Topic name: from the message, or for topic ids from Metadata/CreateTopics "
+                              "responses anywhere in the run's inputs; null when unknown"),
+    Column("topic_id", "string", "Topic id (UUID) when the message names the topic by id"),
+    Column("partition", "int", "Partition index"),
+    Column("offset", "bigint", "Record offset"),
+    Column("timestamp", "timestamp", "Record timestamp (CreateTime or LogAppendTime); null when none (magic 0, -1)"),
+    Column("key_size", "int", "Key bytes; null for a null key"),
+    Column("value_size", "int", "Value bytes; null for a null value (tombstone)"),
+    Column("header_count", "int", "Number of record headers"),
+    Column("codec", "string", "Compression of the batch: none, gzip, snappy, lz4, zstd"),
+    Column("magic", "int", "Batch format: 2 (record batch), 0 or 1 (legacy message set)"),
+    Column("producer_id", "bigint", "Producer id of the batch (-1 when none)"),
+    Column("is_transactional", "boolean", "The batch is part of a transaction"),
+    Column("is_control", "boolean", "Control record (transaction marker)"),
+    Column("crc_valid", "boolean", "The batch's (legacy: the message's) CRC matches its bytes"),
+), "one row per record in Produce requests and Fetch responses")
+
+CONNECTIONS = Table("connections", "first_seen", (
+    DATE,
+    STREAM,
+    CONNECTION_ID,
+    Column("client", "string", "Client endpoint (the side sending Kafka requests; else the TCP initiator)"),
+    Column("server", "string", "Server endpoint"),
+    Column("first_seen", "timestamp", "Capture time of the connection's first packet"),
+    Column("last_seen", "timestamp", "Capture time of its last packet"),
+    Column("protocol", "string", "`kafka` (requests seen), `tls` (encrypted, not decoded) or `unknown`"),
+    Column("handshake", "boolean", "The TCP handshake was captured (else the capture started mid-connection)"),
+    Column("client_ids", "array<string>", "Client ids of its requests, in order of first use"),
+    Column("requests", "bigint", "Kafka requests"),
+    Column("responses", "bigint", "Kafka responses"),
+    Column("packets", "bigint", "TCP segments (late retransmissions after the close excluded)"),
+    Column("bytes_to_server", "bigint", "TCP payload bytes client to server, each byte once"),
+    Column("bytes_to_client", "bigint", "TCP payload bytes server to client, each byte once"),
+    Column("gaps", "bigint", "Holes in the byte streams (bytes never captured)"),
+    Column("gap_bytes", "bigint", "Bytes missing in those holes"),
+    Column("end_reason", "string", "`fin`, `rst`, `capture end` or `port reused`"),
+    Column("capture_files", "array<string>", "Capture file(s) holding its packets, in time order"),
+), "one row per TCP connection")
+
+TABLES = (MESSAGES, RECORDS, CONNECTIONS)
