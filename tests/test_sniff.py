@@ -1,0 +1,298 @@
+"""`kafkasniff sniff` on loopback, against a real broker and real clients.
+
+The clients talk to the broker through the recording proxy, and the sniffer captures
+the proxy's port: what the proxy recorded, frame by frame, is what the sniffer must
+report, request by request and response by response.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import dpkt
+import pytest
+
+from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER
+from clients import Message, admin_kafka_python, group_session_kafka_python, produce_kafka_python
+
+REPO = Path(__file__).resolve().parent.parent
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+PERMISSION_LINE = ("kafkasniff: no permission to capture on lo: run as root or give python CAP_NET_RAW: "
+                   "sudo setcap cap_net_raw+ep $(readlink -f $(which python3))")
+SUMMARY = re.compile(r"(\d+) packets captured, (\d+) Kafka messages decoded; "
+                     r"kernel: (\d+) packets received by filter, (\d+) dropped$")
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                                reason="live capture needs Linux and root (CI runs as root)")
+
+
+class Sniffer:
+    """`python -m kafkasniff sniff ARGS` in the background; stdout goes to a file."""
+
+    def __init__(self, args: list[str], stdout: Path, prefix: list[str] = ()):
+        self.stdout_path = stdout
+        # as users run it: stdout block-buffered (the sniffer must flush it itself)
+        environment = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "kafkasniff", "sniff", *args], cwd=REPO, env=environment,
+            stdin=subprocess.DEVNULL, stdout=stdout.open("w"), stderr=subprocess.PIPE, text=True)
+        self.stderr: list[str] = []
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+
+    def _read_stderr(self) -> None:
+        for line in self.process.stderr:
+            self.stderr.append(line.rstrip("\n"))
+            if line.startswith("capturing on "):
+                self._ready.set()
+        self._ready.set()  # exited before capturing: wait_ready reports it
+
+    def wait_ready(self) -> Sniffer:
+        assert self._ready.wait(READY_TIMEOUT_S), "sniffer never said it was capturing"
+        assert self.process.poll() is None, f"sniffer exited: {self.stderr}"
+        return self
+
+    def finish(self, stop_signal: int | None = signal.SIGINT) -> int:
+        if stop_signal is not None:
+            self.process.send_signal(stop_signal)
+        returncode = self.process.wait(STOP_TIMEOUT_S)
+        self._reader.join(5)
+        return returncode
+
+    def events(self) -> list[dict]:
+        return [json.loads(line) for line in self.stdout_path.read_text().splitlines()]
+
+    def summary(self) -> tuple[int, int, int, int]:
+        match = SUMMARY.fullmatch(self.stderr[-1])
+        assert match, self.stderr
+        return tuple(int(n) for n in match.groups())
+
+
+def messages(events: list[dict]) -> list[dict]:
+    return [e for e in events if e["kind"] in ("request", "response")]
+
+
+def identity(e: dict) -> tuple:
+    return e["stream"], e["kind"], e["api_key"], e["api_version"], e["correlation_id"], e["size"]
+
+
+def record_values(body) -> list[bytes]:
+    """Every record value in a decoded Produce request or Fetch response body."""
+    found = []
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "offset" in node and "value" in node and "headers" in node:
+                found.append(base64.b64decode(node["value"]["base64"]) if node["value"] else None)
+            else:
+                stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def shows_response(sniffer: Sniffer, api_name: str) -> bool:
+    return any(e.get("api_name") == api_name and e["kind"] == "response" for e in sniffer.events())
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_live_capture_reports_every_exchange_paired_and_writes_a_readable_pcap(recorded_broker, tmp_path):
+    topic, admin_topic = "sniffed", "sniffed-admin"
+    recorded_broker.create_topic(topic, partitions=2)  # straight to the broker: not on the captured port
+    port = recorded_broker.port
+    pcap_path = tmp_path / "t.pcap"
+    sniffer = Sniffer(["-i", "lo", "--port", str(port), "--json", "-w", str(pcap_path)],
+                      tmp_path / "live.jsonl").wait_ready()
+    assert sniffer.stderr[0] == f"capturing on lo (filter tcp port {port}; writing {pcap_path})"
+
+    big = random.Random(7).randbytes(1 << 20)  # incompressible: the request really is 1 MiB on the wire
+    sent = [Message(b"k1", "plain text ✓".encode()), Message(None, b"\x00\xffbinary"), Message(b"big", big)]
+    produce_kafka_python(recorded_broker.bootstrap, topic, sent, codec="zstd")
+    group = group_session_kafka_python(recorded_broker.bootstrap, topic, "sniffed-group", len(sent),
+                                       heartbeat_wait_s=1.0)
+    assert sorted(c.value for c in group.consumed) == sorted(m.value for m in sent)
+    admin_kafka_python(recorded_broker.bootstrap, [admin_topic])
+    assert recorded_broker.wait_closed()
+    # stdout is a file, not a terminal: the last response must be out while the sniffer still runs
+    assert wait_for(lambda: shows_response(sniffer, "DeleteTopics"))
+
+    assert sniffer.finish(signal.SIGINT) == 0
+    live = sniffer.events()
+    captured, decoded, kernel_packets, drops = sniffer.summary()
+    assert (drops, kernel_packets) == (0, captured)
+    assert [e for e in live if e["kind"] not in ("request", "response")] == []  # no gap, skip or TLS notice
+    live_messages = messages(live)
+    assert decoded == len(live_messages)
+    assert all(e["malformed"] is None and e["trailing_bytes"] == 0 for e in live_messages)
+
+    # Each recorded connection, frame by frame, is one sniffed stream, message by message.
+    streams = {}
+    for e in live_messages:
+        client = e["src"] if e["kind"] == "request" else e["dst"]
+        streams.setdefault(client, []).append(e)
+    assert len(streams) == len(recorded_broker.connections)
+    for connection in recorded_broker.connections:
+        sniffed = streams[f"127.0.0.1:{connection.client_address[1]}"]
+        requests = [struct.unpack_from(">hhi", f, 4) + (len(f) - 4,)
+                    for f in connection.frames(CLIENT_TO_BROKER)]
+        responses = [(struct.unpack_from(">i", f, 4)[0], len(f) - 4) for f in connection.frames(BROKER_TO_CLIENT)]
+        assert [(e["api_key"], e["api_version"], e["correlation_id"], e["size"])
+                for e in sniffed if e["kind"] == "request"] == requests
+        assert [(e["correlation_id"], e["size"]) for e in sniffed if e["kind"] == "response"] == responses
+
+    requests = {(e["stream"], e["correlation_id"]): e for e in live_messages if e["kind"] == "request"}
+    responses = [e for e in live_messages if e["kind"] == "response"]
+    assert sum(e["expects_response"] for e in requests.values()) == len(responses)
+    for response in responses:
+        request = requests[(response["stream"], response["correlation_id"])]
+        assert (response["api_key"], response["api_version"]) == (request["api_key"], request["api_version"])
+        assert response["latency_ms"] is not None and response["latency_ms"] >= 0
+        assert response["inferred"] is False
+    apis = Counter(e["api_name"] for e in live_messages if e["kind"] == "request")
+    for api in ("Produce", "Fetch", "JoinGroup", "SyncGroup", "OffsetCommit", "LeaveGroup", "CreateTopics",
+                "DeleteTopics", "DescribeConfigs"):
+        assert apis[api] >= 1, api
+
+    produced = [v for e in live_messages if e["api_name"] == "Produce" and e["kind"] == "request"
+                for v in record_values(e["body"])]
+    assert sorted(produced, key=len) == [b"\x00\xffbinary", "plain text ✓".encode(), big]
+    fetched = [v for e in live_messages if e["api_name"] == "Fetch" and e["kind"] == "response"
+               for v in record_values(e["body"])]
+    assert big in fetched
+    texts = [r["value"].get("text") for e in live_messages if e["api_name"] == "Produce" and e["kind"] == "request"
+             for t in e["body"]["topic_data"] for p in t["partition_data"] for b in p["records"] for r in b["records"]]
+    assert "plain text ✓" in texts
+
+    # The pcap holds every captured packet, loopback's frames over 65,535 bytes whole.
+    with pcap_path.open("rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        assert (reader.datalink(), reader.snaplen) == (dpkt.pcap.DLT_EN10MB, 262144)
+        lengths = [len(frame) for _, frame in reader]
+    assert len(lengths) == captured
+    assert max(lengths) > 65535
+
+    decoded_file = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", str(pcap_path), "--json"],
+                                  cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert decoded_file.returncode == 0, decoded_file.stderr
+    from_file = messages([json.loads(line) for line in decoded_file.stdout.splitlines()])
+    assert [identity(e) for e in from_file] == [identity(e) for e in live_messages]
+
+    if shutil.which("tshark"):
+        read_back = subprocess.run(["tshark", "-r", str(pcap_path), "-T", "fields", "-e", "frame.cap_len"],
+                                   capture_output=True, text=True, timeout=60)
+        assert read_back.returncode == 0, read_back.stderr
+        assert [int(n) for n in read_back.stdout.split()] == lengths
+
+
+def test_sigterm_stops_cleanly_and_count_stops_after_n_messages(broker, unique_name, tmp_path):
+    topic = unique_name()
+    broker.create_topic(topic, partitions=1)
+    pcap_path = tmp_path / "term.pcap"
+    everything = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-w", str(pcap_path)],
+                         tmp_path / "all.jsonl").wait_ready()
+    first_three = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-c", "3"],
+                          tmp_path / "three.jsonl").wait_ready()
+    produce_kafka_python(broker.bootstrap, topic, [Message(b"k", b"v")], codec="lz4")
+    assert wait_for(lambda: shows_response(everything, "Produce"))
+
+    assert first_three.finish(stop_signal=None) == 0  # ends by itself
+    assert everything.finish(signal.SIGTERM) == 0
+    assert everything.summary()[3] == 0
+    every_message = messages(everything.events())
+    assert [identity(e) for e in messages(first_three.events())] == [identity(e) for e in every_message[:3]]
+    assert first_three.summary()[1] == 3
+
+    decoded = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", str(pcap_path), "--json"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert decoded.returncode == 0, decoded.stderr
+    assert [identity(e) for e in messages(json.loads(line) for line in decoded.stdout.splitlines())] == \
+        [identity(e) for e in every_message]
+    assert [e["api_name"] for e in every_message if e["kind"] == "response"][-1] == "Produce"
+
+
+def test_duration_stops_an_idle_capture(tmp_path):
+    sniffer = Sniffer(["-i", "lo", "--port", "1", "--duration", "0.5"], tmp_path / "out.txt").wait_ready()
+    began = time.monotonic()
+    assert sniffer.finish(stop_signal=None) == 0
+    assert time.monotonic() - began < 3
+    assert sniffer.summary() == (0, 0, 0, 0)
+    assert sniffer.stdout_path.read_text() == ""
+
+
+def run_sniff(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, sys.executable, "-m", "kafkasniff", "sniff", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_list_interfaces_shows_loopback():
+    done = run_sniff("--list-interfaces")
+    assert done.returncode == 0
+    loopback = [line for line in done.stdout.splitlines() if line.startswith("lo\t")]
+    assert len(loopback) == 1 and loopback[0].startswith("lo\tup, loopback\t127.0.0.1")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("-i", "nosuch0"), re.compile(r"kafkasniff: no interface 'nosuch0'; available: (\S+, )*lo(, \S+)* "
+                                   r"\(see --list-interfaces\)")),
+    (("-i", "lo", "--filter", "tcp port"),
+     "kafkasniff: invalid capture filter 'tcp port': can't parse filter expression: syntax error"),
+    ((), "kafkasniff: give the interface to capture on with -i (see --list-interfaces)"),
+    (("-i", "lo", "--any-port", "--filter", "tcp"),
+     "kafkasniff: --any-port and --filter exclude each other: put the ports in the --filter expression"),
+])
+def test_usage_errors_are_one_line_with_exit_status_2(args, message):
+    done = run_sniff(*args)
+    assert (done.returncode, done.stdout) == (2, "")
+    line = done.stderr.rstrip("\n")
+    assert "\n" not in line
+    assert message.fullmatch(line) if isinstance(message, re.Pattern) else line == message
+
+
+def _can_run_as_nobody() -> bool:
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return False
+    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            "import kafkasniff.cli"], cwd=REPO, capture_output=True, timeout=60)
+    return probe.returncode == 0
+
+
+@pytest.mark.parametrize("who", ["root without CAP_NET_RAW", "nobody"])
+def test_no_permission_to_capture_says_how_to_get_it(who, tmp_path):
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    if who == "nobody":
+        if not _can_run_as_nobody():
+            pytest.skip("user nobody cannot run this interpreter or read the checkout")
+        prefix = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+    else:
+        prefix = ("setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw")
+    pcap_path = tmp_path / "never.pcap"
+    tmp_path.chmod(0o777)
+    done = run_sniff("-i", "lo", "-w", str(pcap_path), prefix=prefix)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", PERMISSION_LINE + "\n")
+    assert not pcap_path.exists()
