@@ -86,7 +86,8 @@ def field_json(f: Field, show_secrets: bool):
         return {c.name: field_json(c, show_secrets) for c in f.children}
     if f.type == "records":
         if f.children is None:
-            return json_bytes(f.value)
+            # Not expanded (no records decoder given), or no records at all.
+            return json_bytes(f.value) if f.value else [] if f.value is not None else None
         return [_record_json(item) for item in f.children if item.type in _RECORD_ITEM_TYPES]
     if f.children is None:
         return json_value(f.value)

@@ -36,6 +36,8 @@ HEX_SHOWN = 8  # bytes per row shown unless --full
 _ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed"})
 _SECRET_BYTE = "••"
 API_KEY_FIELDS = frozenset({"ApiKey", "RequestApiKey"})
+# Into a file or pipe, one field per line however long: no wrapping, no cut columns.
+UNWRAPPED_WIDTH = 1 << 20
 
 
 def frame_rows(msg: Message, payload, limit: int | None) -> list[Row]:
@@ -66,7 +68,7 @@ class TreeView:
                  full: bool = False):
         stream = out or sys.stdout
         # file=None follows sys.stdout, which a progress bar on the same terminal redirects.
-        self.console = Console(file=out, width=None if stream.isatty() else 200, highlight=False)
+        self.console = Console(file=out, width=None if stream.isatty() else UNWRAPPED_WIDTH, highlight=False)
         self.hex = hex_
         self.show_secrets = show_secrets
         self.full = full
@@ -131,7 +133,7 @@ class TreeView:
         if f.type == "records" and f.children is not None:
             self._records(node, f)
         elif f.type == SECRET:
-            node.add(self._label(f.name, f.type, f.value if self.show_secrets else MASK, "magenta"))
+            node.add(self._label(f.name, f.type, show_value(f, self.limit) if self.show_secrets else MASK, "magenta"))
         elif f.type == TOKEN:
             self._members(node.add(self._label(f.name, "SASL token", f"{len(f.value)} bytes")), f)
         elif f.children is None or (f.children and f.children[0].type == "bits"):
@@ -255,7 +257,7 @@ class TreeView:
         for r in all_rows:
             masked = r.type == SECRET and not self.show_secrets
             span = str(r.offset) if r.length <= 1 else f"{r.offset}-{r.offset + r.length - 1}"
-            value = MASK if masked else "length prefix / token syntax" if r.type == TOKEN else r.value
+            value = MASK if masked else "length prefix or token syntax" if r.type == TOKEN else r.value
             cells = [span, Text(r.path), r.type, Text(value, style="magenta" if r.type == SECRET else "")]
             if frame is not None:
                 cells.insert(1, self._hex(frame, r, masked))
