@@ -261,6 +261,8 @@ def test_list_interfaces_shows_loopback():
     (("-i", "lo", "--filter", "tcp port"),
      "kafkasniff: invalid capture filter 'tcp port': can't parse filter expression: syntax error"),
     ((), "kafkasniff: give the interface to capture on with -i (see --list-interfaces)"),
+    (("-i", "lo", "-w", "/nonexistent-dir/x.pcap"),
+     "kafkasniff: cannot write /nonexistent-dir/x.pcap: No such file or directory; choose a writable path for -w"),
     (("-i", "lo", "--any-port", "--filter", "tcp"),
      "kafkasniff: --any-port and --filter exclude each other: put the ports in the --filter expression"),
 ])

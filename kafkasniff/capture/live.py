@@ -124,18 +124,16 @@ class LiveCapture:
         try:
             # scapy compiles its filters for 65,535-byte frames, and the kernel cuts each
             # frame to the length the filter returns. So scapy binds the socket with a
-            # filter that passes nothing, and the real one replaces it below.
+            # filter that passes nothing, and the real one replaces it.
             self._scapy_socket = conf.L2listen(iface=interface, filter=_PASS_NOTHING)
+            self._socket: socket.socket = self._scapy_socket.ins
+            program.attach(self._socket)
         except PermissionError:
             raise LiveCaptureError(f"no permission to capture on {interface}: {PERMISSION_HINT}") from None
         except OSError as error:
             raise LiveCaptureError(f"cannot capture on {interface}: {error.strerror or error}") from None
         finally:
             scapy_log.setLevel(level)
-        self._socket: socket.socket = self._scapy_socket.ins
-        try:
-            program.attach(self._socket)
-        finally:
             program.free()
         self.buffer_bytes = self._set_buffer(buffer_bytes)
         self._socket.setblocking(False)
