@@ -116,12 +116,15 @@ def _write_tables(spark, tagged, out: str) -> BuildSummary:
     connections = _final(connections, CONNECTIONS).persist()
     numbers = F.broadcast(connections.select("connection_id", "stream"))
 
-    names = spark.createDataFrame(tagged.filter(lambda item: item[0] == TOPIC_NAME_ROW).map(itemgetter(1)),
-                                  "topic_id string, known_name string")
-    names = F.broadcast(names.groupBy("topic_id").agg(F.min("known_name").alias("known_name")))
-    records = (raw_frame(RECORD_ROW, RECORDS).join(names, "topic_id", "left")
-               .withColumn("topic", F.coalesce("topic", "known_name")).join(numbers, "connection_id", "left"))
-    messages = raw_frame(MESSAGE_ROW, MESSAGES).join(numbers, "connection_id", "left")
+    topic_of_id = _topic_id_map(tagged)
+    records = raw_frame(RECORD_ROW, RECORDS)
+    messages = raw_frame(MESSAGE_ROW, MESSAGES)
+    if topic_of_id is not None:
+        records = records.withColumn("topic", F.coalesce("topic", F.try_element_at(topic_of_id, F.col("topic_id"))))
+        messages = messages.withColumn(
+            "topics", F.transform("topics", lambda t: F.coalesce(F.try_element_at(topic_of_id, t), t)))
+    records = records.join(numbers, "connection_id", "left")
+    messages = messages.join(numbers, "connection_id", "left")
 
     summary = BuildSummary()
     counts = tagged.map(itemgetter(0)).countByValue()
@@ -132,6 +135,17 @@ def _write_tables(spark, tagged, out: str) -> BuildSummary:
         frame.write.mode("overwrite").partitionBy("date").parquet(f"{out.rstrip('/')}/{table.name}")
     connections.unpersist()
     return summary
+
+
+def _topic_id_map(tagged):
+    """Topic id -> name over every input of the run, as a map column (None when no id was named)."""
+    from pyspark.sql import functions as F
+
+    pairs = dict(sorted(tagged.filter(lambda item: item[0] == TOPIC_NAME_ROW).map(itemgetter(1)).distinct()
+                        .collect(), reverse=True))  # the smallest name wins should an id have two
+    if not pairs:
+        return None
+    return F.create_map(*(F.lit(part) for pair in pairs.items() for part in pair))
 
 
 def _final(frame, table: Table):

@@ -18,9 +18,10 @@ from collections.abc import Iterable, Iterator
 from itertools import groupby
 
 from kafkasniff.capture.packets import TcpSegment
-from kafkasniff.pipeline.rows import message_row, micros, record_rows, topic_names
+from kafkasniff.pipeline.rows import message_row, micros, record_rows
 from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
 from kafkasniff.protocol.records import decode_records
+from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, endpoint_text
@@ -131,15 +132,19 @@ def decode_connection(keyed_segments: Iterable[tuple[tuple, TcpSegment]], port_h
     reassembler = _TallyingReassembler()
     analyzer = Analyzer(decode_records, port_hints, reassembler=reassembler)
     tallies = reassembler.tallies
+    # decode's own topic lookup; the ids it learns here are pooled over the run by the job
+    topic_resolver = Output(OutputOptions(view="json"))
     for key, segment in keyed_segments:
         reassembler.file = key[2]
-        yield from _rows(analyzer.feed(segment), tallies)
-    yield from _rows(analyzer.finish(), tallies)
+        yield from _rows(analyzer.feed(segment), tallies, topic_resolver)
+    yield from _rows(analyzer.finish(), tallies, topic_resolver)
     for tally in tallies.values():
         yield CONNECTION_ROW, _ordered(tally.row(), CONNECTIONS.raw_names)
+    for pair in topic_resolver.topic_names.by_id.items():
+        yield TOPIC_NAME_ROW, pair
 
 
-def _rows(events: list, tallies: dict[int, _Tally]) -> Iterator[tuple[int, tuple]]:
+def _rows(events: list, tallies: dict[int, _Tally], topic_resolver: Output) -> Iterator[tuple[int, tuple]]:
     for ev in events:
         if type(ev) is NoticeEvent:
             if ev.kind == "tls" and ev.conn is not None:
@@ -160,12 +165,11 @@ def _rows(events: list, tallies: dict[int, _Tally]) -> Iterator[tuple[int, tuple
             client_id = ev.request.message.client_id if ev.request is not None else None
         records = record_rows(ev, tally.id, client_id)
         files = tally.files_between(ev.first_ts, ev.ts)
-        yield MESSAGE_ROW, _ordered(message_row(ev, tally.id, files, len(records) if records is not None else None),
-                                    MESSAGES.raw_names)
+        topics = list(topic_resolver.event_topics(ev))
+        row = message_row(ev, tally.id, files, topics, len(records) if records is not None else None)
+        yield MESSAGE_ROW, _ordered(row, MESSAGES.raw_names)
         for record in records or ():
             yield RECORD_ROW, _ordered(record, RECORDS.raw_names)
-        for pair in topic_names(ev):
-            yield TOPIC_NAME_ROW, pair
 
 
 def _ordered(row: dict, names: tuple[str, ...]) -> tuple:

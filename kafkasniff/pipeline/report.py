@@ -1,6 +1,7 @@
 """Spark SQL over the tables `build_tables` wrote: the sections of `kafkasniff report`.
 
-Every section is a list of plain dicts (JSON-ready). Percentiles are exact (Spark's
+Every section is a list of plain dicts (JSON-ready). Topics count data records only (not
+transaction markers), and bytes are key plus value bytes. Percentiles are exact (Spark's
 `percentile`, linear interpolation between the closest ranks, as numpy's default).
 """
 
@@ -42,7 +43,7 @@ SECTIONS = {
                count_if(direction = 'fetch') AS fetched_records,
                sum(if(direction = 'fetch', coalesce(key_size, 0) + coalesce(value_size, 0), 0)) AS fetched_bytes,
                count(*) AS records, sum(coalesce(key_size, 0) + coalesce(value_size, 0)) AS bytes
-        FROM records GROUP BY 1 ORDER BY bytes DESC, records DESC, topic LIMIT {top}""",
+        FROM records WHERE NOT is_control GROUP BY 1 ORDER BY bytes DESC, records DESC, topic LIMIT {top}""",
     "clients": """
         SELECT client_id, count(DISTINCT stream) AS connections,
                count_if(kind = 'request') AS requests, count_if(kind = 'response') AS responses,

@@ -8,11 +8,9 @@ the table and the JSON agree by construction. Times are microseconds since the e
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import cache
 
 from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.records import records_of
-from kafkasniff.protocol.schema import in_range, message_variant
 from kafkasniff.render.jsonview import message_event_json
 from kafkasniff.stream.session import MessageEvent
 
@@ -25,16 +23,17 @@ def micros(ts: float) -> int:
     return round(ts * 1e6)
 
 
-def message_row(ev: MessageEvent, connection_id: str, files: list[str], record_count: int | None) -> dict:
-    row = message_event_json(ev, with_body=False)
+def message_row(ev: MessageEvent, connection_id: str, files: list[str], topics: list[str],
+                record_count: int | None) -> dict:
+    """`topics` as `decode` resolves them for the event (see render.output.Output.event_topics)."""
+    row = message_event_json(ev, with_body=False, topic_names=topics)
     m = ev.message
     throttle = m.body.child("ThrottleTimeMs") if m.kind == "response" and m.body is not None else None
+    malformed = row["malformed"] or {}
     row.update(
         ts=micros(ev.ts), connection_id=connection_id, capture_files=files,
         latency_ms=ev.latency_ms, throttle_time_ms=throttle.value if throttle is not None else None,
-        record_count=record_count,
-        malformed=m.malformed.reason if m.malformed else None,
-        malformed_offset=m.malformed.offset if m.malformed else None,
+        record_count=record_count, malformed=malformed.get("reason"), malformed_offset=malformed.get("offset"),
         inferred=row.get("inferred"), expects_response=row.get("expects_response"))
     return row
 
@@ -72,28 +71,6 @@ def record_rows(ev: MessageEvent, connection_id: str, client_id: str | None) -> 
     return rows
 
 
-def topic_names(ev: MessageEvent) -> Iterator[tuple[str, str]]:
-    """(topic id, topic name) pairs the message states, e.g. in a Metadata response."""
-    m = ev.message
-    if m.body is None or m.api_key is None or not _states_topic_ids(m.api_key, m.kind, m.api_version):
-        return
-    stack = [m.body]
-    while stack:
-        f = stack.pop()
-        if not f.children or f.type == "records":
-            continue
-        if not f.type.startswith("[]"):
-            name = topic_id = None
-            for c in f.children:
-                if c.name in _TOPIC_NAME_FIELDS and c.type == "string":
-                    name = c.value
-                elif c.name == "TopicId" and c.type == "uuid":
-                    topic_id = c.value
-            if name and topic_id:
-                yield topic_id, name
-        stack.extend(f.children)
-
-
 def _size(value: bytes | None) -> int | None:
     return len(value) if value is not None else None
 
@@ -115,24 +92,3 @@ def _records_fields(f: Field, topic, topic_id, partition) -> Iterator[tuple]:
                 yield topic, topic_id, partition, c
         elif c.children:
             yield from _records_fields(c, topic, topic_id, partition)
-
-
-@cache
-def _states_topic_ids(api_key: int, kind: str, version: int) -> bool:
-    """Whether some struct of this message version holds both a topic name and a topic id."""
-    variant = message_variant(api_key, kind, version)
-    if variant is None:
-        return False
-
-    def walk(fields: list[dict]) -> bool:
-        present = [f for f in fields if in_range(version, f.get("versions"))]
-        names = {f["name"] for f in present}
-        if "TopicId" in names and names & _TOPIC_NAME_FIELDS:
-            return True
-        for f in present:
-            inner = f.get("fields") or variant.structs.get(f["type"].removeprefix("[]"))
-            if inner and walk(inner):
-                return True
-        return False
-
-    return walk(variant.fields)

@@ -66,13 +66,15 @@ MESSAGES = Table("messages", "ts", (
     Column("latency_ms", "double", "Responses: capture time from the request to the response, milliseconds"),
     Column("throttle_time_ms", "int", "Responses: the ThrottleTimeMs the broker sent; null when the response has none"),
     Column("errors", "array<string>", "Names of the non-zero error codes anywhere in the message, each once"),
-    Column("topics", "array<string>", "Topic names in the message (as `decode` lists them; topic ids are not names)"),
+    Column("topics", "array<string>",
+           "Topics of the message and, for a response, of its request, as `decode --json` lists them; topic ids are "
+           "named from Metadata/CreateTopics responses anywhere in the run's inputs (an unknown id stays an id)"),
     Column("record_count", "int",
            "Records decoded in the message's record batches (Produce requests, Fetch responses); null otherwise"),
     Column("inferred", "boolean", "Responses: the request was not captured and the API was inferred from the bytes"),
     Column("expects_response", "boolean", "Requests: a response is due (false for Produce with acks=0)"),
     Column("malformed", "string", "Why decoding stopped early; null for a well-formed message"),
-    Column("malformed_offset", "int", "Byte offset (within the message) where decoding stopped"),
+    Column("malformed_offset", "int", "Where decoding stopped: byte offset from the start of the size prefix"),
     Column("trailing_bytes", "int", "Bytes left over after a complete body"),
 ), "one row per Kafka request or response")
 
