@@ -46,6 +46,9 @@ class Framer:
         self.plausible = plausible
         self.max_frame = max_frame
         self.synced = synced
+        # Raw SASL tokens may be empty (a broker answers a PLAIN token with a bare zero size):
+        # the session lowers this to 0 while they flow.
+        self.min_frame = MIN_FRAME
         self.buf = bytearray()
         self.buf_offset = 0                  # stream offset of buf[0]
         self.first_ts: float | None = None
@@ -116,7 +119,7 @@ class Framer:
             if n - pos < 4:
                 break
             size = _size_at(buf, pos)
-            if size < MIN_FRAME or size > self.max_frame:
+            if size < self.min_frame or size > self.max_frame:
                 self.synced = False
                 self.skip_start = self.buf_offset + pos
                 self.skip_reason = f"implausible frame size {size}; resynchronised"

@@ -21,7 +21,7 @@ from kafkasniff.protocol.identify import infer_response
 from kafkasniff.protocol.interpreter import RecordsExpander
 from kafkasniff.protocol.messages import Message, decode_request, decode_response_for_request
 from kafkasniff.protocol.schema import apis, message_variant
-from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, Frame, Framer, Skipped
+from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Framer, Skipped
 from kafkasniff.stream.tcp import Endpoint
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
@@ -260,7 +260,7 @@ class Session:
         if self.sasl_raw:
             if request_header_plausible(frame.payload, 0, len(frame.payload)) and \
                     decode_request(frame.payload).complete:
-                self.sasl_raw = False
+                self._raw_sasl(False)
             else:
                 self.events.append(SaslTokenEvent(self.conn, CLIENT_TO_SERVER, frame, self.sasl_mechanism))
                 return
@@ -278,6 +278,11 @@ class Session:
         sasl.annotate_message(msg, self.sasl_mechanism)
         self.events.append(event)
 
+    def _raw_sasl(self, on: bool) -> None:
+        self.sasl_raw = on
+        for framer in self.framers:
+            framer.min_frame = 0 if on else MIN_FRAME
+
     def _response(self, frame: Frame) -> None:
         payload = frame.payload
         if self.sasl_raw:
@@ -293,7 +298,7 @@ class Session:
             event.latency_ms = (frame.ts - request.ts) * 1000.0
             if quirks.starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
                 error = msg.body.child("ErrorCode")
-                self.sasl_raw = error is not None and error.value == 0
+                self._raw_sasl(error is not None and error.value == 0)
         else:
             fits = infer_response(payload, 0, None, self.expand_records)
             if fits:
