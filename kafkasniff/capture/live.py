@@ -149,9 +149,10 @@ class LiveCapture:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
         return self._socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
 
-    def frames(self, deadline: float | None = None) -> Iterator[tuple[float, int, bytes, int]]:
+    def frames(self, deadline: float | None = None) -> Iterator[tuple[float, int, bytes, int] | None]:
         """Yield (timestamp, link type, frame, original length) until `stop()` is called or
-        the `deadline` (a time.monotonic() value) passes; then what the kernel holds already."""
+        the `deadline` (a time.monotonic() value) passes; then what the kernel holds already.
+        While no traffic arrives, yield None now and then, so the caller can let time pass."""
         recvmsg = self._socket.recvmsg
         snaplen, linktype = self.snaplen, self.linktype
         timestamp_level, auxdata_level = (socket.SOL_SOCKET, SO_TIMESTAMPNS), (SOL_PACKET, PACKET_AUXDATA)
@@ -169,7 +170,8 @@ class LiveCapture:
                     timeout = min(timeout, deadline - monotonic())
                     if timeout <= 0:
                         return
-                select.select(waiting, [], [], timeout)
+                if not select.select(waiting, [], [], timeout)[0]:
+                    yield None
                 continue
             ts, wire_len = None, len(frame)
             for level, kind, data in ancillary:

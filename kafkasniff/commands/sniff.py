@@ -109,7 +109,14 @@ class LiveSession:
 
     def _capture(self, deadline: float | None) -> None:
         parse, feed, write = self.parser.parse, self.analyzer.feed, self.pcap and self.pcap.writepkt_time
-        for ts, linktype, frame, wire_len in self.capture.frames(deadline):
+        for item in self.capture.frames(deadline):
+            if item is None:  # idle: holes that waited too long are given up, frames behind them show
+                events = self.analyzer.tick(time.time())
+                if events:
+                    self._show(events)
+                    sys.stdout.flush()
+                continue
+            ts, linktype, frame, wire_len = item
             self.frames += 1
             if write:
                 write(frame, ts)

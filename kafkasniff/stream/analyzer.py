@@ -29,6 +29,10 @@ class Analyzer:
     def feed(self, segment: TcpSegment) -> list:
         return self._handle(self.tcp.feed(segment))
 
+    def tick(self, now: float) -> list:
+        """Live capture: capture time passes without traffic, so long-waiting holes are given up."""
+        return self._handle(self.tcp.tick(now))
+
     def finish(self) -> list:
         """The capture is over: flush holes and half-finished frames of every connection."""
         return self._handle(self.tcp.flush())
