@@ -13,10 +13,9 @@ import sys
 import time
 from typing import TextIO
 
-from rich.console import Console, Group, RenderableType
-from rich.table import Table
+from rich.cells import cell_len
+from rich.console import Console
 from rich.text import Text
-from rich.tree import Tree
 
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.identify import Identification
@@ -36,8 +35,6 @@ HEX_SHOWN = 8  # bytes per row shown unless --full
 _ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed"})
 _SECRET_BYTE = "••"
 API_KEY_FIELDS = frozenset({"ApiKey", "RequestApiKey"})
-# Into a file or pipe, one field per line however long: no wrapping, no cut columns.
-UNWRAPPED_WIDTH = 1 << 20
 
 
 def frame_rows(msg: Message, payload, limit: int | None) -> list[Row]:
@@ -63,12 +60,57 @@ def timestamp_text(ms: int | None) -> str:
         return str(ms)
 
 
+class Node:
+    """A tree of labels, drawn with guide lines; lighter than rich.tree for thousands of fields."""
+
+    __slots__ = ("label", "children")
+
+    def __init__(self, label: Text):
+        self.label = label
+        self.children: list[Node] = []
+
+    def add(self, label: Text) -> Node:
+        child = Node(label)
+        self.children.append(child)
+        return child
+
+    def lines(self) -> list[Text]:
+        out = [self.label]
+        self._draw("", out)
+        return out
+
+    def _draw(self, prefix: str, out: list[Text]) -> None:
+        last = len(self.children) - 1
+        for i, child in enumerate(self.children):
+            line = Text()
+            line.append(prefix + ("└── " if i == last else "├── "), style="dim")
+            line.append_text(child.label)
+            out.append(line)
+            child._draw(prefix + ("    " if i == last else "│   "), out)
+
+
+def table_lines(header: tuple[str, ...], cells: list[tuple]) -> list[Text]:
+    """Aligned columns, two spaces apart; the last column unpadded. Cells are str or Text."""
+    widths = [max(cell_len(h), *(cell_len(c[i]) for c in cells)) for i, h in enumerate(header[:-1])]
+    out = []
+    for row, style in [(header, "bold")] + [(c, "") for c in cells]:
+        line = Text(style=style)
+        for cell, width in zip(row, widths):
+            line.append(cell)
+            line.append(" " * (width - cell_len(cell) + 2))
+        line.append(row[-1])
+        out.append(line)
+    return out
+
+
 class TreeView:
     def __init__(self, out: TextIO | None = None, *, hex_: bool = False, show_secrets: bool = False,
                  full: bool = False):
+        self._out = out
         stream = out or sys.stdout
+        # Into a file or pipe: plain text, written directly. On a terminal: colours, through rich;
         # file=None follows sys.stdout, which a progress bar on the same terminal redirects.
-        self.console = Console(file=out, width=None if stream.isatty() else UNWRAPPED_WIDTH, highlight=False)
+        self.console = Console(file=out, highlight=False) if stream.isatty() else None
         self.hex = hex_
         self.show_secrets = show_secrets
         self.full = full
@@ -76,34 +118,40 @@ class TreeView:
 
     def show(self, ev) -> None:
         # The frame's bytes, for --hex, when the event keeps them (MessageEvent.payload).
-        self.console.print(self.render(ev, getattr(ev, "payload", None)))
+        text = self.render(ev, getattr(ev, "payload", None))
+        if self.console is None:
+            (self._out or sys.stdout).write(text.plain + "\n")
+        else:
+            self.console.print(text, soft_wrap=True)
 
-    def render(self, ev, payload: bytes | None = None) -> RenderableType:
+    def render(self, ev, payload: bytes | None = None) -> Text:
         """One event; `payload` is a message's frame without its size prefix (--hex shows its bytes)."""
         if type(ev) is MessageEvent:
-            return self._message(ev, payload)
-        if type(ev) is SaslTokenEvent:
-            return self._sasl(ev)
-        return Text(notice_line(ev), style="yellow")
+            lines = self._message(ev, payload)
+        elif type(ev) is SaslTokenEvent:
+            lines = self._sasl(ev)
+        else:
+            lines = [Text(notice_line(ev), style="yellow")]
+        return Text("\n").join(lines)
 
     # -- messages -------------------------------------------------------------------------------
 
-    def _message(self, ev: MessageEvent, payload: bytes | None) -> RenderableType:
+    def _message(self, ev: MessageEvent, payload: bytes | None) -> list[Text]:
         m = ev.message
         headline = Text(message_line(ev), style="bold")
         if self.hex:
             frame = len(payload).to_bytes(4, "big") + payload if payload is not None else None
             # message_rows reads only len(data): a range stands in for a payload the event does not keep.
             rows_ = frame_rows(m, payload if payload is not None else range(m.size), self.limit)
-            parts = [headline, self._hex_table(rows_, frame)]
+            parts = [headline, *self._hex_table(rows_, frame)]
         else:
-            tree = Tree(headline, guide_style="dim")
+            tree = Node(headline)
             if m.header is not None:
                 header = tree.add(self._label("header", f"{m.header.type} v{m.header_version}"))
                 self._members(header, m.header)
             if m.body is not None:
                 self._members(tree.add(self._label("body", m.body.type)), m.body)
-            parts = [tree]
+            parts = tree.lines()
         if m.malformed:
             parts.append(Text(f"MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}",
                               style="bold red"))
@@ -111,17 +159,18 @@ class TreeView:
             t = m.trailing
             parts.append(Text(f"{t.length} trailing bytes after the body, bytes {t.offset + FRAME_PREFIX}-"
                               f"{t.end + FRAME_PREFIX - 1}: {show_bytes(t.value, self.limit)}", style="yellow"))
-        return Group(*parts) if len(parts) > 1 else parts[0]
+        return parts
 
     def _label(self, name: str, type_: str, value: str | None = None, style: str = "") -> Text:
-        text = Text(name, style="bold")
+        text = Text()
+        text.append(name, style="bold")
         if value is not None:
             text.append(": ")
             text.append(value, style=style)
         text.append(f"  {type_}", style="dim")
         return text
 
-    def _members(self, node: Tree, struct: Field) -> None:
+    def _members(self, node: Node, struct: Field) -> None:
         for c in struct.children or ():
             if c.name == TAGGED_FIELDS:
                 for tagged in c.children or ():
@@ -129,7 +178,7 @@ class TreeView:
             else:
                 self._field(node, c)
 
-    def _field(self, node: Tree, f: Field) -> None:
+    def _field(self, node: Node, f: Field) -> None:
         if f.type == "records" and f.children is not None:
             self._records(node, f)
         elif f.type == SECRET:
@@ -158,7 +207,7 @@ class TreeView:
 
     # -- records --------------------------------------------------------------------------------
 
-    def _records(self, node: Tree, f: Field) -> None:
+    def _records(self, node: Node, f: Field) -> None:
         items = [i for i in f.children if i.type in _ITEM_TYPES]
         kind = "legacy message" if items and items[0].type == "Message" else "record batch"
         count = f"{len(items)} {kind}" + ("" if len(items) == 1 else "es" if kind.endswith("h") else "s")
@@ -166,7 +215,7 @@ class TreeView:
         for item in items:
             self._item(branch, item, FRAME_PREFIX)
 
-    def _item(self, node: Tree, item: Field, shift: int) -> None:
+    def _item(self, node: Node, item: Field, shift: int) -> None:
         if item.type == "Malformed":
             node.add(self._malformed(item.value, shift))
             return
@@ -195,7 +244,7 @@ class TreeView:
             else:
                 self._field(branch, c)
 
-    def _inner(self, node: Tree, inner: Field, shift: int) -> None:
+    def _inner(self, node: Node, inner: Field, shift: int) -> None:
         """The records of a batch, or the messages inside a compressed wrapper message."""
         if inner.type in DETACHED_TYPES:
             shift = 0
@@ -210,7 +259,7 @@ class TreeView:
             else:
                 self._item(branch, r, shift)
 
-    def _record(self, node: Tree, r: Field) -> None:
+    def _record(self, node: Node, r: Field) -> None:
         v = r.value
         key = r["key"]
         if key.type == "ControlRecordKey":
@@ -236,33 +285,31 @@ class TreeView:
 
     # -- SASL -----------------------------------------------------------------------------------
 
-    def _sasl(self, ev: SaslTokenEvent) -> RenderableType:
+    def _sasl(self, ev: SaslTokenEvent) -> list[Text]:
         headline = Text(sasl_line(ev, self.show_secrets), style="bold")
         if self.hex:
             frame = len(ev.token).to_bytes(4, "big") + ev.token
-            return Group(headline, self._hex_table(token_rows(ev, self.limit), frame))
-        tree = Tree(headline, guide_style="dim")
+            return [headline, *self._hex_table(token_rows(ev, self.limit), frame)]
+        tree = Node(headline)
         for f in ev.fields or ():
             self._field(tree, f)
-        return tree
+        return tree.lines()
 
     # -- byte table -----------------------------------------------------------------------------
 
-    def _hex_table(self, all_rows: list[Row], frame: bytes | None) -> Table:
-        table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
-        columns = ("offset", "bytes", "field", "type") if frame is not None else ("offset", "field", "type")
-        for col in columns:
-            table.add_column(col, no_wrap=True)
-        table.add_column("value", overflow="fold", min_width=20)
+    def _hex_table(self, all_rows: list[Row], frame: bytes | None) -> list[Text]:
+        header = ("offset", "bytes", "field", "type", "value") if frame is not None else (
+            "offset", "field", "type", "value")
+        cells = []
         for r in all_rows:
             masked = r.type == SECRET and not self.show_secrets
             span = str(r.offset) if r.length <= 1 else f"{r.offset}-{r.offset + r.length - 1}"
             value = MASK if masked else "length prefix or token syntax" if r.type == TOKEN else r.value
-            cells = [span, Text(r.path), r.type, Text(value, style="magenta" if r.type == SECRET else "")]
+            row = [span, r.path, r.type, Text(value, style="magenta") if r.type == SECRET else value]
             if frame is not None:
-                cells.insert(1, self._hex(frame, r, masked))
-            table.add_row(*cells)
-        return table
+                row.insert(1, self._hex(frame, r, masked))
+            cells.append(row)
+        return table_lines(header, cells)
 
     def _hex(self, frame: bytes, r: Row, masked: bool) -> str:
         shown = r.length if self.full else min(r.length, HEX_SHOWN)
