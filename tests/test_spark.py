@@ -1,0 +1,399 @@
+"""The Spark pipeline on the project's captures, with one local Spark session for the module.
+
+The tables must agree with `kafkasniff decode --json` message for message; a capture cut
+into three rotated files must give the same tables as the whole capture; the report's
+numbers must equal those computed from decode's JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from urllib.parse import urlparse
+
+import dpkt
+import pytest
+from click.testing import CliRunner
+
+from kafkasniff.capture.packets import FrameParser
+from kafkasniff.cli import main
+from kafkasniff.pipeline.connections import connection_key
+from kafkasniff.pipeline.sparkenv import INSTALL_PYSPARK
+
+pytest.importorskip("pyspark")
+
+from kafkasniff.pipeline.build import build_tables  # noqa: E402
+from kafkasniff.pipeline.inputs import expand_local  # noqa: E402
+from kafkasniff.pipeline.sparkenv import start_session  # noqa: E402
+from kafkasniff.pipeline.tables import TABLES  # noqa: E402
+
+CAPTURES = sorted((Path(__file__).resolve().parents[1] / "captures").glob("*.pcap"))
+SPLIT_CAPTURE = "confluent_codecs.pcap"  # several connections and a 1 MiB Produce over many segments
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session, log_dir = start_session("local[2]")
+    yield session
+    session.stop()
+    shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def decode_json(path: Path) -> list[dict]:
+    result = CliRunner().invoke(main, ["decode", "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    return [e for e in events if e["kind"] in ("request", "response")]
+
+
+@pytest.fixture(scope="session")
+def decoded() -> dict[str, list[dict]]:
+    return {str(path): decode_json(path) for path in CAPTURES}
+
+
+def read_table(spark, directory: Path, table) -> list[dict]:
+    """Rows as dicts, timestamps as epoch microseconds (PySpark would make local-time datetimes)."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.parquet(str(directory / table.name))
+    columns = [F.unix_micros(c.name).alias(c.name) if c.type == "timestamp" else F.col(c.name)
+               for c in table.columns]
+    return [row.asDict(recursive=True) for row in frame.select(*columns).collect()]
+
+
+def read_tables(spark, directory: Path) -> dict[str, list[dict]]:
+    return {table.name: read_table(spark, directory, table) for table in TABLES}
+
+
+@pytest.fixture(scope="session")
+def all_run(spark, tmp_path_factory):
+    """All captures through the `spark` command in one run."""
+    out = tmp_path_factory.mktemp("spark") / "all"
+    result = CliRunner().invoke(main, ["spark", *map(str, CAPTURES), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result.stdout, read_tables(spark, out)
+
+
+def micros(ts: float) -> int:
+    return round(ts * 1e6)
+
+
+def order(row: dict) -> tuple:
+    ts = row["ts"] if isinstance(row["ts"], int) else micros(row["ts"])
+    return ts, row["src"], row["kind"], row["correlation_id"]
+
+
+@pytest.mark.parametrize("capture", [p.name for p in CAPTURES])
+def test_messages_agree_with_decode_json(capture, all_run, decoded):
+    path = str(next(p for p in CAPTURES if p.name == capture))
+    expected = sorted(decoded[path], key=order)
+    rows = sorted((r for r in all_run[2]["messages"] if r["capture_files"] == [path]), key=order)
+    assert len(rows) == len(expected) > 0
+    stream_shift = {r["stream"] - e["stream"] for r, e in zip(rows, expected)}
+    assert len(stream_shift) == 1, "stream numbers keep decode's order within a capture"
+    for row, event in zip(rows, expected):
+        for key in ("kind", "src", "dst", "api_key", "api_name", "api_version", "header_version", "correlation_id",
+                    "client_id", "size", "topics", "errors", "trailing_bytes"):
+            assert row[key] == event[key], (key, event)
+        assert abs(row["ts"] - micros(event["ts"])) <= 1
+        malformed = event["malformed"] or {}
+        assert (row["malformed"], row["malformed_offset"]) == (malformed.get("reason"), malformed.get("offset"))
+        if event["kind"] == "response":
+            assert row["inferred"] == event["inferred"] and row["expects_response"] is None
+            if event["latency_ms"] is None:
+                assert row["latency_ms"] is None
+            else:
+                assert row["latency_ms"] == pytest.approx(event["latency_ms"], abs=0.0005)
+            assert row["throttle_time_ms"] == (event["body"] or {}).get("throttle_time_ms")
+        else:
+            assert row["expects_response"] == event["expects_response"] and row["inferred"] is None
+            assert row["latency_ms"] is None and row["throttle_time_ms"] is None
+
+
+def json_records(event: dict) -> list[dict]:
+    """Records in a decode --json event, with the topic (name or id) and partition around them."""
+    found = []
+
+    def walk(value, topic, partition):
+        if isinstance(value, list):
+            for item in value:
+                walk(item, topic, partition)
+        elif isinstance(value, dict):
+            topic = value.get("name", value.get("topic", value.get("topic_id", topic)))
+            partition = value.get("index", value.get("partition_index", value.get("partition", partition)))
+            for key, inner in value.items():
+                if key == "records" and isinstance(inner, list) and inner and "magic" in inner[0]:
+                    for batch in inner:
+                        for record in batch.get("records", ()):
+                            found.append({"batch": batch, "topic": topic, "partition": partition, **record})
+                else:
+                    walk(inner, topic, partition)
+
+    walk(event["body"], None, None)
+    return found
+
+
+def size_of(encoded: dict | None) -> int | None:
+    return None if encoded is None else len(base64.b64decode(encoded["base64"]))
+
+
+def topic_ids_in(events) -> dict[str, str]:
+    """Topic id -> name from decode's Metadata/CreateTopics responses."""
+    names = {}
+    for event in events:
+        if event["kind"] == "response" and event["api_name"] in ("Metadata", "CreateTopics"):
+            for topic in event["body"]["topics"]:
+                if topic.get("topic_id") and topic.get("name"):
+                    names[topic["topic_id"]] = topic["name"]
+    return names
+
+
+def test_records_agree_with_decode_json(all_run, decoded):
+    records = all_run[2]["records"]
+    names = {}
+    for events in decoded.values():
+        names.update(topic_ids_in(events))
+    expected = Counter()
+    record_counts = {}
+    for path, events in decoded.items():
+        for event in events:
+            found = json_records(event)
+            if found:
+                record_counts[(path, event["src"], event["dst"], event["correlation_id"])] = len(found)
+            for r in found:
+                timestamp = r["timestamp"] if r["timestamp"] is not None and r["timestamp"] >= 0 else None
+                expected[(event["kind"] == "request", event["correlation_id"], event["src"],
+                          names.get(r["topic"], r["topic"]), r["partition"], r["offset"], timestamp,
+                          size_of(r["key"]), size_of(r["value"]), len(r["headers"]), r["batch"]["codec"],
+                          r["batch"]["is_control"])] += 1
+    messages = {(r["connection_id"], r["correlation_id"], r["kind"]): r for r in all_run[2]["messages"]}
+    got = Counter()
+    for r in records:
+        src = messages[(r["connection_id"], r["correlation_id"],
+                        "request" if r["direction"] == "produce" else "response")]["src"]
+        got[(r["direction"] == "produce", r["correlation_id"], src, r["topic"], r["partition"], r["offset"],
+             r["timestamp"] // 1000 if r["timestamp"] is not None else None, r["key_size"], r["value_size"],
+             r["header_count"], r["codec"], r["is_control"])] += 1
+    assert got == expected and len(records) == sum(expected.values()) > 300
+    assert {r["topic"] for r in records if r["topic_id"]} <= set(names.values())
+    assert all(r["topic"] for r in records), "every topic id in the captures is named by a Metadata response"
+    assert {r["value_size"] for r in records if r["topic"] == "confluent-none"} >= {1048600}
+    counted = {(r["capture_files"][0], r["src"], r["dst"], r["correlation_id"]): r["record_count"]
+               for r in all_run[2]["messages"] if r["record_count"] is not None}
+    assert {k: v for k, v in counted.items() if v} == record_counts
+
+
+def test_connections_agree_with_decode_json(all_run, decoded):
+    connections = all_run[2]["connections"]
+    assert sorted(c["stream"] for c in connections) == list(range(len(connections)))
+    for path, events in decoded.items():
+        endings = tcp_endings(Path(path))
+        per_stream = defaultdict(lambda: {"requests": 0, "responses": 0, "bytes_to_server": 0, "bytes_to_client": 0,
+                                          "client_ids": []})
+        for e in events:
+            tally = per_stream[e["stream"]]
+            if e["kind"] == "request":
+                tally.update(client=e["src"], server=e["dst"])
+                if e["client_id"] not in tally["client_ids"]:
+                    tally["client_ids"].append(e["client_id"])
+            tally[e["kind"] + "s"] += 1
+            tally["bytes_to_server" if e["kind"] == "request" else "bytes_to_client"] += 4 + e["size"]
+        rows = sorted((c for c in connections if c["capture_files"] == [path]), key=lambda c: c["stream"])
+        kafka = [c for c in rows if c["protocol"] == "kafka"]
+        assert len(kafka) == len(per_stream)
+        shift = rows[0]["stream"]
+        for c in kafka:
+            expected = per_stream[c["stream"] - shift]
+            assert {k: c[k] for k in expected} == expected
+            assert c["handshake"] and c["gaps"] == 0
+            assert c["end_reason"] == endings[frozenset((c["client"], c["server"]))]
+            assert c["first_seen"] <= c["last_seen"] and c["packets"] > 0
+
+
+def read_segments(path: Path):
+    with open(path, "rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        linktype, packets = reader.datalink(), list(reader)
+    parser = FrameParser()
+    segments = [parser.parse(frame, linktype, ts) for ts, frame in packets]
+    assert None not in segments
+    return linktype, packets, segments
+
+
+def tcp_endings(path: Path) -> dict[frozenset, str]:
+    """How each connection of a capture ends, from the TCP flags alone (one connection per 4-tuple)."""
+    flags = defaultdict(set)
+    for s in read_segments(path)[2]:
+        flags[frozenset((f"{s.src}:{s.sport}", f"{s.dst}:{s.dport}"))].add(
+            "rst" if s.flags & dpkt.tcp.TH_RST else f"fin {s.src}:{s.sport}" if s.flags & dpkt.tcp.TH_FIN else "")
+    return {key: "rst" if "rst" in seen else "fin" if len({f for f in seen if f.startswith("fin")}) == 2
+            else "capture end" for key, seen in flags.items()}
+
+
+def split_capture(path: Path, directory: Path) -> tuple[list[Path], int, int]:
+    """Cut a capture into three files (as tcpdump -C would): the first cut inside the largest
+    segment's frame, the second at two thirds. Returns the files and both cut indexes."""
+    linktype, packets, segments = read_segments(path)
+    # just after the first full-size segment of the largest frame: the frame continues in the next file
+    first_cut = max(range(len(segments)), key=lambda i: len(segments[i].payload)) + 1
+    second_cut = len(packets) * 2 // 3
+    files = []
+    for part, (start, end) in enumerate(((0, first_cut), (first_cut, second_cut), (second_cut, len(packets))), 1):
+        files.append(directory / f"{path.stem}.pcap{part}")
+        with open(files[-1], "wb") as out:
+            writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=linktype)
+            for ts, frame in packets[start:end]:
+                writer.writepkt(frame, ts)
+    for cut in (first_cut, second_cut):
+        before = {connection_key(s) for s in segments[:cut]}
+        assert before & {connection_key(s) for s in segments[cut:]}, "a connection spans the cut"
+    return files, first_cut, second_cut
+
+
+def without(rows: list[dict], *columns: str) -> Counter:
+    return Counter(json.dumps({k: v for k, v in r.items() if k not in columns}, sort_keys=True, default=str)
+                   for r in rows)
+
+
+def test_rotated_files_give_the_tables_of_the_whole_capture(spark, tmp_path):
+    whole = next(p for p in CAPTURES if p.name == SPLIT_CAPTURE)
+    parts, _, _ = split_capture(whole, tmp_path)
+    build_tables(spark, expand_local([str(whole)])[0], str(tmp_path / "whole"))
+    # the middle file goes through Hadoop (binaryFiles), the others through the local reader
+    inputs = expand_local([str(parts[0]), str(parts[2])])[0]
+    from kafkasniff.pipeline.inputs import expand_uris
+
+    inputs += expand_uris(spark, [parts[1].as_uri()])
+    summary = build_tables(spark, inputs, str(tmp_path / "split"))
+    assert summary.files == 3 and summary.warnings == []
+    whole_tables, split_tables = read_tables(spark, tmp_path / "whole"), read_tables(spark, tmp_path / "split")
+
+    assert without(split_tables["messages"], "capture_files") == without(whole_tables["messages"], "capture_files")
+    assert without(split_tables["records"]) == without(whole_tables["records"])
+    assert without(split_tables["connections"], "capture_files") == \
+        without(whole_tables["connections"], "capture_files")
+    expected = sorted(decode_json(whole), key=order)
+    assert [r["stream"] for r in sorted(whole_tables["messages"], key=order)] == [e["stream"] for e in expected]
+
+    def names(files):
+        return [os.path.basename(urlparse(f).path) for f in files]
+
+    big = [r for r in split_tables["messages"] if r["api_name"] == "Produce" and r["size"] > 1048600]
+    assert [names(r["capture_files"]) for r in big] == [[parts[0].name, parts[1].name]]
+    spanning = [names(c["capture_files"]) for c in split_tables["connections"] if len(c["capture_files"]) > 1]
+    assert [parts[0].name, parts[1].name] in spanning and any(parts[2].name in n for n in spanning)
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (Spark's `percentile`, numpy's default)."""
+    ordered = sorted(values)
+    position = p * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def test_report_numbers_equal_those_from_decode_json(all_run, decoded):
+    out = all_run[0]
+    result = CliRunner().invoke(main, ["report", str(out), "--json", "--top", "100"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    events = [e for events in decoded.values() for e in events]
+    responses = [e for e in events if e["kind"] == "response"]
+
+    summary = report["summary"][0]
+    assert (summary["messages"], summary["requests"], summary["responses"]) == \
+        (len(events), len(events) - len(responses), len(responses))
+
+    latencies = defaultdict(list)
+    for e in responses:
+        if e["latency_ms"] is not None:
+            latencies[e["api_name"]].append(e["latency_ms"])
+    assert {row["api_name"]: row["responses"] for row in report["latency"]} == \
+        {api: len(v) for api, v in latencies.items()}
+    for row in report["latency"]:
+        values = latencies[row["api_name"]]
+        for key, p in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99)):
+            assert row[key] == pytest.approx(percentile(values, p), abs=0.001)
+        assert row["max_ms"] == pytest.approx(max(values), abs=0.0005)
+        assert row["mean_ms"] == pytest.approx(sum(values) / len(values), abs=0.0005)
+
+    per_api = Counter(e["api_name"] for e in responses)
+    errors = Counter((name, e["api_name"]) for e in responses for name in e["errors"])
+    assert {(r["error"], r["api_name"]): (r["responses"], r["api_responses"]) for r in report["errors"]} == \
+        {key: (n, per_api[key[1]]) for key, n in errors.items()}
+    assert errors, "the captures hold at least one error code"
+
+    names = topic_ids_in(events)
+    topics = defaultdict(Counter)
+    for e in events:
+        for r in json_records(e):
+            if not r["batch"]["is_control"]:
+                side = "produced" if e["kind"] == "request" else "fetched"
+                topic = topics[names.get(r["topic"], r["topic"])]
+                topic[side + "_records"] += 1
+                topic[side + "_bytes"] += (size_of(r["key"]) or 0) + (size_of(r["value"]) or 0)
+    assert {r["topic"]: {k: v for k, v in r.items() if k.startswith(("produced", "fetched")) and v}
+            for r in report["topics"]} == {t: dict(c) for t, c in topics.items()}
+
+    clients = defaultdict(Counter)
+    connections = defaultdict(set)
+    for path, file_events in decoded.items():
+        for e in file_events:
+            clients[e["client_id"]][e["kind"] + "s"] += 1
+            clients[e["client_id"]]["bytes"] += e["size"]
+            connections[e["client_id"]].add((path, e["stream"]))
+    assert {r["client_id"]: (r["requests"], r["responses"], r["bytes"], r["connections"]) for r in report["clients"]} \
+        == {c: (n["requests"], n["responses"], n["bytes"], len(connections[c])) for c, n in clients.items()}
+
+    throttle = defaultdict(list)
+    for e in responses:
+        if e["body"] is not None and "throttle_time_ms" in e["body"]:
+            throttle[e["api_name"]].append(e["body"]["throttle_time_ms"])
+    assert {r["api_name"]: (r["responses"], r["total_ms"], r["max_ms"]) for r in report["throttle"]} == \
+        {api: (len(v), sum(v), max(v)) for api, v in throttle.items()}
+
+
+def test_spark_command_prints_what_it_wrote(all_run, decoded):
+    out, stdout, tables = all_run
+    assert sorted(p.name for p in out.iterdir()) == ["connections", "messages", "records"]
+    assert all(d.name.startswith("date=") for d in (out / "messages").iterdir() if d.is_dir())
+    messages = sum(len(events) for events in decoded.values())
+    row = next(line for line in stdout.splitlines() if line.startswith("│"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[0] == str(len(CAPTURES)) and cells[4] == str(messages) and cells[5] == str(len(tables["records"]))
+
+
+def test_without_pyspark_the_commands_say_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # what `import pyspark` does when it is not installed
+    for args in (["spark", str(CAPTURES[0]), "--out", str(tmp_path)], ["report", str(tmp_path)]):
+        if args[0] == "report":
+            for table in TABLES:
+                (tmp_path / table.name).mkdir(exist_ok=True)
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2
+        assert result.stderr == f"kafkasniff: {INSTALL_PYSPARK}\n"
+
+
+def test_without_java_the_commands_say_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))  # no bin/java in it
+    result = CliRunner().invoke(main, ["spark", str(CAPTURES[0]), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert result.stderr == ("kafkasniff: Spark needs Java and none was found: install a Java 17 runtime "
+                             "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME\n")
+
+
+def test_bad_inputs_fail_before_spark_starts(tmp_path):
+    missing = tmp_path / "missing.pcap"
+    result = CliRunner().invoke(main, ["spark", str(missing), "--out", str(tmp_path / "out")])
+    assert (result.exit_code, result.stderr) == (2, f"kafkasniff: {missing}: no such file or folder\n")
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert (result.exit_code, result.stderr) == (
+        2, f"kafkasniff: {tmp_path}: no messages, records, connections table; give the --out folder of "
+           "`kafkasniff spark`\n")
+
