@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Iterable
 
 from kafkasniff.protocol.entities import topics
@@ -17,6 +18,7 @@ from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent,
 MASK = "********"
 FRAME_PREFIX = 4  # offsets shown to people count from the start of the frame's size prefix
 _RECORD_ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed"})
+json_key = cache(snake_case)  # field names come from the schemas: a bounded set
 
 
 def error_names(msg: Message) -> list[str]:
@@ -26,7 +28,8 @@ def error_names(msg: Message) -> list[str]:
     while stack:
         f = stack.pop()
         if f.children is not None:
-            stack.extend(reversed(f.children))
+            if f.type != "records":  # record batches hold no error codes
+                stack.extend(reversed(f.children))
         elif f.value and is_error_code_field(f.name, f.type):
             found.append(error_name(f.value))
     return list(dict.fromkeys(found))
@@ -100,9 +103,9 @@ def field_json(f: Field, show_secrets: bool):
                 if t.type == "unknown_tag":
                     out.setdefault("_unknown_tags", {})[t.name.removeprefix("tag_")] = json_bytes(t.value)
                 else:
-                    out[snake_case(t.name)] = field_json(t, show_secrets)
+                    out[json_key(t.name)] = field_json(t, show_secrets)
         else:
-            out[snake_case(c.name)] = field_json(c, show_secrets)
+            out[json_key(c.name)] = field_json(c, show_secrets)
     return out
 
 
