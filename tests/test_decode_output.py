@@ -9,10 +9,12 @@ import os
 import pty
 import select
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import crc32c
 import pytest
 from click.testing import CliRunner
 
@@ -20,6 +22,7 @@ from kafkasniff.cli import main
 from kafkasniff.commands.decode import PROGRESS_MIN_BYTES, make_options, wants_progress
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.records import decode_records
+from kafkasniff.protocol.records_encoder import Record, encode_message_set, encode_record_batch
 from kafkasniff.render.output import Output
 from kafkasniff.render.tree import TreeView
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent, Session
@@ -298,6 +301,40 @@ def test_malformed_and_trailing_bytes_in_every_view():
     assert ["19-24", "_undecoded", "bytes", "not", "decoded"] in hex_rows
     assert ["27-29", "_trailing", "bytes", "0x01", "02", "03", "(3", "bytes", "after", "the", "end", "of", "the",
             "body)"] in hex_rows
+
+
+def test_legacy_messages_invalid_crcs_and_malformed_records():
+    wrapper = encode_message_set([Record(b"k1", b"v1"), Record(None, b"v2")], magic=1, codec="gzip",
+                                 timestamp=1_700_000_000_000)
+    damaged = bytearray(encode_record_batch([Record(b"key", b"value", [("h", b"x")])]))
+    damaged[-1] ^= 0xFF  # the header value changes; the CRC stays
+    cut_short = bytearray(encode_record_batch([Record(b"key", b"value")]))
+    cut_short[61] = 0x7E  # the record claims 63 bytes; 14 follow
+    struct.pack_into(">I", cut_short, 17, crc32c.crc32c(bytes(cut_short[21:])))
+    legacy = encode_request(0, 2, 5, "legacy", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "old", "PartitionData": [{"Index": 0, "Records": wrapper}]}]})
+    modern = encode_request(0, 9, 6, "modern", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "new", "PartitionData": [{"Index": 0, "Records": bytes(damaged)},
+                                          {"Index": 1, "Records": bytes(cut_short)}]}]})
+    events = conversation((True, legacy), (True, modern))
+    bad_record_at = modern.index(bytes(cut_short)) + 61  # frame offset: `modern` keeps its size prefix
+    text = [line.strip(" │├└─") for line in render(events, "-V").splitlines()]
+    assert "Records: 1 legacy message in 118 bytes  records" in text
+    assert "message (magic 1): codec gzip, offset 1, timestamp 2023-11-14T22:13:20.000Z, CRC valid" in text
+    assert "messages: 74 bytes decompressed (offsets within decompressed bytes)" in text
+    assert text.count("message (magic 1): codec none, offset 0, timestamp 2023-11-14T22:13:20.000Z, CRC valid") == 1
+    crc = crc32c.crc32c(bytes(damaged[21:]))
+    assert f"record batch (magic 2): codec none, 1 records, base offset 0, CRC INVALID (computed 0x{crc:08X})" in text
+    assert f"MALFORMED at byte {bad_record_at}: record length 63 does not fit the 14 bytes left" in text
+    old, new = (json.loads(line)["body"]["topic_data"][0]["partition_data"] for line in
+                render(events, "--json").splitlines())
+    (message,) = old[0]["records"]
+    assert (message["magic"], message["codec"], message["offset"], message["crc_valid"]) == (1, "gzip", 1, True)
+    assert [(r["offset"], r["key"], r["value"]["text"]) for r in message["records"]] == [
+        (0, {"base64": "azE=", "text": "k1"}, "v1"), (1, None, "v2")]
+    assert [b["crc_valid"] for p in new for b in p["records"]] == [False, True]
+    assert new[1]["records"][0]["records"] == [
+        {"malformed": {"offset": bad_record_at, "reason": "record length 63 does not fit the 14 bytes left"}}]
 
 
 def test_notices_in_every_view():

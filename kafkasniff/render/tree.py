@@ -248,7 +248,7 @@ class TreeView:
         """The records of a batch, or the messages inside a compressed wrapper message."""
         if inner.type in DETACHED_TYPES:
             shift = 0
-            problem = inner.note and not inner.note.startswith(DECOMPRESSED_NOTE)
+            problem = inner.note != DECOMPRESSED_NOTE  # failed, refused, or a record count that differs
             size = f"{len(inner.value):,} bytes decompressed" if inner.value is not None else "not decompressed"
             branch = node.add(Text(f"{inner.name}: {size} ({inner.note})", style="bold red" if problem else ""))
         else:
