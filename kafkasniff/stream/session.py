@@ -27,6 +27,7 @@ from kafkasniff.stream.tcp import Endpoint
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # How much of an unidentified connection we look at before deciding it is not Kafka.
 IDENTIFY_LIMIT = 256 * 1024
+MAX_ORPHANS = 64
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -48,8 +49,8 @@ class Connection:
 
 
 class MessageEvent:
-    __slots__ = ("conn", "direction", "ts", "first_ts", "stream_offset", "message", "request", "latency_ms",
-                 "inferred", "expects_response")
+    __slots__ = ("conn", "direction", "ts", "first_ts", "stream_offset", "payload", "message", "request",
+                 "latency_ms", "inferred", "expects_response")
 
     def __init__(self, conn: Connection, direction: str, frame: Frame, message: Message):
         self.conn = conn
@@ -57,6 +58,7 @@ class MessageEvent:
         self.ts = frame.ts
         self.first_ts = frame.first_ts
         self.stream_offset = frame.stream_offset
+        self.payload = frame.payload  # the frame after its size prefix; message offsets count from the prefix
         self.message = message
         self.request: MessageEvent | None = None
         self.latency_ms: float | None = None
@@ -136,6 +138,10 @@ class Session:
         self.probes: list[Framer | None] = [Framer(self._request_plausible, max_frame, from_start[s]) for s in (0, 1)]
         self.probe_failed = [False, False]
         self.pending: dict[int, MessageEvent] = {}
+        # Responses whose request has not been seen (yet): a request stuck behind a hole in the
+        # client's stream is delivered after its response. Kafka clients number requests in
+        # increasing order, so a later request proves an older orphan's request is not coming.
+        self.orphans: dict[int, Frame] = {}
         self.sasl_raw = False
         self.sasl_mechanism: str | None = None
         self.ignored = False      # not Kafka, or TLS: drop everything further
@@ -176,6 +182,7 @@ class Session:
         if self.client_side is not None and not self.ignored:
             for side in (0, 1):
                 self._frames(side, self.framers[side].close())
+            self._release_orphans(None)
         return self._take()
 
     def _take(self) -> list:
@@ -276,20 +283,37 @@ class Session:
                 mech = msg.body.child("Mechanism")
                 self.sasl_mechanism = mech.value if mech else None
         sasl.annotate_message(msg, self.sasl_mechanism)
-        self.events.append(event)
+        if self.orphans and msg.correlation_id is not None:
+            self._release_orphans(msg.correlation_id)  # older than this request: theirs is not coming
+            self.events.append(event)
+            late = self.orphans.pop(msg.correlation_id, None)
+            if late is not None:
+                self._response(late)
+        else:
+            self.events.append(event)
+
+    def _release_orphans(self, below: int | None) -> None:
+        """Decode held responses whose request will not come (all of them when below is None)."""
+        for correlation_id in [c for c in self.orphans if below is None or c < below]:
+            self._response(self.orphans.pop(correlation_id), orphan=True)
 
     def _raw_sasl(self, on: bool) -> None:
         self.sasl_raw = on
         for framer in self.framers:
             framer.min_frame = 0 if on else MIN_FRAME
 
-    def _response(self, frame: Frame) -> None:
+    def _response(self, frame: Frame, orphan: bool = False) -> None:
         payload = frame.payload
         if self.sasl_raw:
             self.events.append(SaslTokenEvent(self.conn, SERVER_TO_CLIENT, frame, self.sasl_mechanism))
             return
         correlation_id = _I32.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
         request = self.pending.pop(correlation_id, None)
+        if request is None and not orphan and correlation_id is not None:
+            self.orphans[correlation_id] = frame
+            if len(self.orphans) > MAX_ORPHANS:
+                self._release_orphans(min(self.orphans) + 1)
+            return
         if request is not None:
             req = request.message
             msg = decode_response_for_request(payload, req.api_key, req.api_version, 0, None, self.expand_records)
