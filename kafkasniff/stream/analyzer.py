@@ -12,7 +12,7 @@ from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.protocol.interpreter import RecordsExpander
 from kafkasniff.stream import tcp
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
-from kafkasniff.stream.session import NoticeEvent, Session
+from kafkasniff.stream.session import Session
 
 
 class Analyzer:
@@ -73,7 +73,4 @@ class Analyzer:
                 session = self.sessions.pop(ev.conn.stream, None)
                 if session is not None:
                     out += session.end(ev.ts)
-        for ev in out:
-            if type(ev) is NoticeEvent and not ev.ts:
-                ev.ts = tcp_events[-1].ts if tcp_events else 0.0
         return out

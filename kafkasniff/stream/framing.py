@@ -9,6 +9,8 @@ accepts a frame, and reports how many bytes it skipped to get there.
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from typing import Callable, NamedTuple
 
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024
@@ -33,6 +35,7 @@ class Skipped(NamedTuple):
     stream_offset: int
     size: int
     reason: str
+    ts: float             # time of the latest bytes seen when the skip was decided
 
 
 def _size_at(buf: bytearray, pos: int) -> int:
@@ -42,8 +45,10 @@ def _size_at(buf: bytearray, pos: int) -> int:
 class Framer:
     """Frames for one direction of one connection."""
 
-    def __init__(self, plausible: Plausible, max_frame: int = DEFAULT_MAX_FRAME, synced: bool = True):
+    def __init__(self, plausible: Plausible, max_frame: int = DEFAULT_MAX_FRAME, synced: bool = True,
+                 requests: bool = False):
         self.plausible = plausible
+        self.candidates = size_prefix_pattern(max_frame, requests)
         self.max_frame = max_frame
         self.synced = synced
         # Raw SASL tokens may be empty (a broker answers a PLAIN token with a bare zero size):
@@ -52,12 +57,14 @@ class Framer:
         self.buf = bytearray()
         self.buf_offset = 0                  # stream offset of buf[0]
         self.first_ts: float | None = None
+        self.last_ts = 0.0
         # Where the current unsynced run began, and why we are out of sync.
         self.skip_start: int | None = None if synced else 0
         self.skip_reason = "" if synced else "capture started mid-connection; resynchronised"
         self.out: list = []
 
     def feed(self, data: bytes, ts: float) -> list:
+        self.last_ts = ts
         if not self.buf:
             self.first_ts = ts
         self.buf += data
@@ -66,8 +73,9 @@ class Framer:
 
     def gap(self, size: int, ts: float, reason: str = "bytes missing from the capture") -> list:
         """Bytes of the stream that were never captured: whatever frame was open is lost."""
+        self.last_ts = ts
         self._lose(len(self.buf), "partial frame lost in a gap" if self.synced else self.skip_reason)
-        self.out.append(Skipped(self.buf_offset, size, reason))
+        self.out.append(Skipped(self.buf_offset, size, reason, ts))
         self.buf_offset += size
         self._unsync("resynchronised after a gap")
         return self._take()
@@ -95,7 +103,7 @@ class Framer:
         start = self.skip_start if self.skip_start is not None else self.buf_offset
         end = self.buf_offset + n
         if end > start:
-            self.out.append(Skipped(start, end - start, reason))
+            self.out.append(Skipped(start, end - start, reason, self.last_ts))
         del self.buf[:n]
         self.buf_offset = end
         self.skip_start = None if self.synced else end
@@ -112,7 +120,7 @@ class Framer:
                     break
                 start = self.skip_start
                 if start is not None and self.buf_offset + scanned > start:
-                    self.out.append(Skipped(start, self.buf_offset + scanned - start, self.skip_reason))
+                    self.out.append(Skipped(start, self.buf_offset + scanned - start, self.skip_reason, ts))
                 self.skip_start = None
                 self.synced = True
                 pos = scanned
@@ -140,13 +148,28 @@ class Framer:
         n = len(buf)
         max_frame = self.max_frame
         plausible = self.plausible
-        while pos + 8 <= n:
-            size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+        for match in self.candidates.finditer(buf, pos):
+            at = match.start()
+            size = int.from_bytes(buf[at:at + 4], "big", signed=True)
             if MIN_FRAME <= size <= max_frame:
-                verdict = plausible(buf, pos + 4, min(n, pos + 4 + size), n >= pos + 4 + size)
+                verdict = plausible(buf, at + 4, min(n, at + 4 + size), n >= at + 4 + size)
                 if verdict:
-                    return True, pos
-                if verdict is None and n - pos < SCAN_WINDOW:
-                    return False, pos  # undecided until more of the candidate frame arrives
-            pos += 1
-        return False, pos
+                    return True, at
+                if verdict is None and n - at < SCAN_WINDOW:
+                    return False, at  # undecided until more of the candidate frame arrives
+        return False, max(pos, n - CANDIDATE_BYTES + 1)
+
+
+# Candidate positions are found by a regular expression (C speed) before the Python checks run:
+# a size prefix below the frame limit, and for requests the high bytes of the API key and version.
+CANDIDATE_BYTES = 8
+
+
+@cache
+def size_prefix_pattern(max_frame: int, request: bool) -> re.Pattern:
+    if max_frame >= 1 << 24:
+        size = rb"[\x00-" + re.escape(bytes([min(max_frame >> 24, 0x7F)])) + rb"]..."
+    else:
+        size = rb"\x00[\x00-" + re.escape(bytes([max_frame >> 16])) + rb"].."
+    header = rb"\x00.\x00." if request else rb"...."
+    return re.compile(b"(?=" + size + header + b")", re.DOTALL)

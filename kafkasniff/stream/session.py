@@ -26,7 +26,8 @@ from kafkasniff.stream.tcp import Endpoint
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # How much of an unidentified connection we look at before deciding it is not Kafka.
-IDENTIFY_LIMIT = 256 * 1024
+# A capture may start inside a large message (1 MiB Produce is common): look that far for a request.
+IDENTIFY_LIMIT = 4 * 1024 * 1024
 MAX_ORPHANS = 64
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -135,7 +136,8 @@ class Session:
         # Before the roles are known: each side's bytes (data, ts, gap size) and a probe looking for requests.
         self.held: list[list[tuple[bytes | None, float, int]]] = [[], []]
         self.held_bytes = [0, 0]
-        self.probes: list[Framer | None] = [Framer(self._request_plausible, max_frame, from_start[s]) for s in (0, 1)]
+        self.probes: list[Framer | None] = [Framer(self._request_plausible, max_frame, from_start[s], requests=True)
+                                                for s in (0, 1)]
         self.probe_failed = [False, False]
         self.pending: dict[int, MessageEvent] = {}
         # Responses whose request has not been seen (yet): a request stuck behind a hole in the
@@ -195,7 +197,8 @@ class Session:
         self.client_side = client_side
         server_side = 1 - client_side
         self.conn = Connection(self.stream, self.endpoints[client_side], self.endpoints[server_side])
-        self.framers[client_side] = Framer(self._request_plausible, self.max_frame, self.from_start[client_side])
+        self.framers[client_side] = Framer(self._request_plausible, self.max_frame, self.from_start[client_side],
+                                           requests=True)
         self.framers[server_side] = Framer(self._response_plausible, self.max_frame, self.from_start[server_side])
         self.probes = [None, None]
 
@@ -210,7 +213,8 @@ class Session:
                 return
             if self.from_start[side]:
                 self.probe_failed[side] = True  # this side's first frame is not a request
-        if all(self.probe_failed) or max(self.held_bytes) > IDENTIFY_LIMIT:
+        if all(self.probe_failed) or min(self.held_bytes) > IDENTIFY_LIMIT or \
+                max(self.held_bytes) > 4 * IDENTIFY_LIMIT:
             self._ignore(ts, "not-kafka", "no Kafka request found; connection skipped")
 
     def _replay(self, client_side: int) -> None:
@@ -256,7 +260,7 @@ class Session:
         direction = CLIENT_TO_SERVER if side == self.client_side else SERVER_TO_CLIENT
         for item in items:
             if isinstance(item, Skipped):
-                self.events.append(NoticeEvent(self.conn, direction, 0.0, "skipped", item.reason,
+                self.events.append(NoticeEvent(self.conn, direction, item.ts, "skipped", item.reason,
                                                item.stream_offset, item.size))
             elif direction == CLIENT_TO_SERVER:
                 self._request(item)
