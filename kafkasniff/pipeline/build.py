@@ -8,7 +8,8 @@ Stages:
    sequence of 4-tuples, each one's packets in order, and a big connection never has to fit
    in memory;
 3. decode: mapPartitions streams each 4-tuple's run through TcpReassembler and Analyzer and
-   emits rows of every table, kept (memory, then disk) for the writes;
+   emits rows of every table, side by side in one DataFrame kept (memory, then disk) for the
+   writes, so the rows cross from Python to the JVM once;
 4. number the connections of the run by first-seen time, resolve topic ids to names, and
    write each table as Parquet partitioned by date.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass, field
-from operator import itemgetter
 
 from kafkasniff.pipeline.connections import (CONNECTION_ROW, MESSAGE_ROW, RECORD_ROW, TOPIC_NAME_ROW,
                                              decode_sorted_partition)
@@ -70,8 +70,6 @@ def _partition_of(key) -> int:
 def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None
                  ) -> BuildSummary:
     """Decode `files` and write the messages, records and connections tables under `out`."""
-    from pyspark import StorageLevel
-
     started = time.monotonic()
     sc = spark.sparkContext
     stats = sc.accumulator(_no_reads(), _stats_param())
@@ -87,15 +85,17 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
                        .flatMap(lambda item: read_spooled(item[0], item[1], stats.add)))
     segments = sources[0] if len(sources) == 1 else sc.union(sources)
 
-    tagged = (segments
-              .repartitionAndSortWithinPartitions(partitions or max(2, sc.defaultParallelism),
-                                                  partitionFunc=_partition_of)
-              .mapPartitions(lambda items: decode_sorted_partition(items, hints))
-              .persist(StorageLevel.MEMORY_AND_DISK))
+    rows = (segments
+            .repartitionAndSortWithinPartitions(partitions or 2 * sc.defaultParallelism,
+                                                partitionFunc=_partition_of)
+            .mapPartitions(lambda items: decode_sorted_partition(items, hints))
+            .map(_wide_row))
+    # The one pass through Python: rows of every table side by side, kept on the JVM (memory, then disk).
+    wide = spark.createDataFrame(rows, _WIDE_DDL, verifySchema=False).persist()
     try:
-        summary = _write_tables(spark, tagged, out)
+        summary = _write_tables(wide, out)
     finally:
-        tagged.unpersist()
+        wide.unpersist()
     read = stats.value
     summary.files, summary.bytes, summary.frames, summary.segments = (read[k] for k in _COUNTS)
     summary.warnings = read["warnings"]
@@ -103,22 +103,39 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     return summary
 
 
-def _write_tables(spark, tagged, out: str) -> BuildSummary:
+_WIDE_COLUMNS = {MESSAGE_ROW: MESSAGES.name, RECORD_ROW: RECORDS.name, CONNECTION_ROW: CONNECTIONS.name,
+                 TOPIC_NAME_ROW: "topic_name"}
+_WIDE_DDL = ", ".join(["tag int"] + [
+    f"`{name}` struct<{', '.join(f'`{c.name}`: {c.type}' for c in table.raw_columns)}>"
+    for name, table in ((MESSAGES.name, MESSAGES), (RECORDS.name, RECORDS), (CONNECTIONS.name, CONNECTIONS))
+] + ["topic_name struct<topic_id: string, name: string>"])
+
+
+def _wide_row(item: tuple[int, tuple]) -> tuple:
+    tag, row = item
+    return (tag, *(row if column == tag else None for column in _WIDE_COLUMNS))
+
+
+def _write_tables(wide, out: str) -> BuildSummary:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    def raw_frame(tag: int, table: Table):
-        rows = tagged.filter(lambda item: item[0] == tag).map(itemgetter(1))
-        return spark.createDataFrame(rows, table.raw_ddl())
+    def rows_of(tag: int):
+        return wide.where(F.col("tag") == tag).select(f"{_WIDE_COLUMNS[tag]}.*")
 
-    connections = raw_frame(CONNECTION_ROW, CONNECTIONS).withColumn(
+    summary = BuildSummary()
+    counts = dict(wide.groupBy("tag").count().collect())
+    summary.connections, summary.messages, summary.records = (
+        counts.get(CONNECTION_ROW, 0), counts.get(MESSAGE_ROW, 0), counts.get(RECORD_ROW, 0))
+
+    connections = rows_of(CONNECTION_ROW).withColumn(
         "stream", F.row_number().over(Window.orderBy("first_seen", "client", "server", "connection_id")) - 1)
     connections = _final(connections, CONNECTIONS).persist()
     numbers = F.broadcast(connections.select("connection_id", "stream"))
 
-    topic_of_id = _topic_id_map(tagged)
-    records = raw_frame(RECORD_ROW, RECORDS)
-    messages = raw_frame(MESSAGE_ROW, MESSAGES)
+    topic_of_id = _topic_id_map(rows_of(TOPIC_NAME_ROW))
+    records = rows_of(RECORD_ROW)
+    messages = rows_of(MESSAGE_ROW)
     if topic_of_id is not None:
         records = records.withColumn("topic", F.coalesce("topic", F.try_element_at(topic_of_id, F.col("topic_id"))))
         messages = messages.withColumn(
@@ -126,10 +143,6 @@ def _write_tables(spark, tagged, out: str) -> BuildSummary:
     records = records.join(numbers, "connection_id", "left")
     messages = messages.join(numbers, "connection_id", "left")
 
-    summary = BuildSummary()
-    counts = tagged.map(itemgetter(0)).countByValue()
-    summary.connections, summary.messages, summary.records = (
-        counts.get(CONNECTION_ROW, 0), counts.get(MESSAGE_ROW, 0), counts.get(RECORD_ROW, 0))
     for table, frame in ((CONNECTIONS, connections), (MESSAGES, _final(messages, MESSAGES)),
                          (RECORDS, _final(records, RECORDS))):
         frame.write.mode("overwrite").partitionBy("date").parquet(f"{out.rstrip('/')}/{table.name}")
@@ -137,12 +150,11 @@ def _write_tables(spark, tagged, out: str) -> BuildSummary:
     return summary
 
 
-def _topic_id_map(tagged):
+def _topic_id_map(topic_names):
     """Topic id -> name over every input of the run, as a map column (None when no id was named)."""
     from pyspark.sql import functions as F
 
-    pairs = dict(sorted(tagged.filter(lambda item: item[0] == TOPIC_NAME_ROW).map(itemgetter(1)).distinct()
-                        .collect(), reverse=True))  # the smallest name wins should an id have two
+    pairs = dict(sorted(map(tuple, topic_names.distinct().collect()), reverse=True))  # the smallest name wins
     if not pairs:
         return None
     return F.create_map(*(F.lit(part) for pair in pairs.items() for part in pair))

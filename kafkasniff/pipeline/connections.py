@@ -28,6 +28,7 @@ from kafkasniff.stream.session import MessageEvent, NoticeEvent, endpoint_text
 
 # Tags of the rows mapPartitions emits, one stream of (tag, row) for all tables.
 MESSAGE_ROW, RECORD_ROW, CONNECTION_ROW, TOPIC_NAME_ROW = range(4)
+_MESSAGE_NAMES, _RECORD_NAMES, _CONNECTION_NAMES = MESSAGES.raw_names, RECORDS.raw_names, CONNECTIONS.raw_names
 
 
 def connection_key(seg: TcpSegment) -> tuple[str, int, str, int]:
@@ -139,7 +140,7 @@ def decode_connection(keyed_segments: Iterable[tuple[tuple, TcpSegment]], port_h
         yield from _rows(analyzer.feed(segment), tallies, topic_resolver)
     yield from _rows(analyzer.finish(), tallies, topic_resolver)
     for tally in tallies.values():
-        yield CONNECTION_ROW, _ordered(tally.row(), CONNECTIONS.raw_names)
+        yield CONNECTION_ROW, _ordered(tally.row(), _CONNECTION_NAMES)
     for pair in topic_resolver.topic_names.by_id.items():
         yield TOPIC_NAME_ROW, pair
 
@@ -167,9 +168,9 @@ def _rows(events: list, tallies: dict[int, _Tally], topic_resolver: Output) -> I
         files = tally.files_between(ev.first_ts, ev.ts)
         topics = list(topic_resolver.event_topics(ev))
         row = message_row(ev, tally.id, files, topics, len(records) if records is not None else None)
-        yield MESSAGE_ROW, _ordered(row, MESSAGES.raw_names)
+        yield MESSAGE_ROW, _ordered(row, _MESSAGE_NAMES)
         for record in records or ():
-            yield RECORD_ROW, _ordered(record, RECORDS.raw_names)
+            yield RECORD_ROW, _ordered(record, _RECORD_NAMES)
 
 
 def _ordered(row: dict, names: tuple[str, ...]) -> tuple:

@@ -34,9 +34,6 @@ class Table(NamedTuple):
     def raw_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.raw_columns)
 
-    def raw_ddl(self) -> str:
-        return ", ".join(f"`{c.name}` {c.type}" for c in self.raw_columns)
-
 
 DATE = Column("date", "date", "UTC date of the row's time; the table is partitioned by it (`date=YYYY-MM-DD/`)")
 STREAM = Column("stream", "bigint",
