@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from typing import Iterable, Iterator
@@ -14,7 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.protocol.records import decode_records
-from kafkasniff.render.output import Output, OutputOptions
+from kafkasniff.render.output import Output, OutputOptions, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 
 # Smaller captures decode in a moment: a bar would only flicker.
@@ -101,7 +100,5 @@ def decode_command(captures, ports, **view) -> None:
             for warning in reader.warnings:
                 click.echo(f"kafkasniff: warning: {warning}", err=True)
         output.finish()
-    except BrokenPipeError:  # the reader went away (| head): stop quietly
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+    except BrokenPipeError:
+        stdout_gone()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -14,7 +13,7 @@ from kafkasniff.capture.live import SNAPLEN, LiveCapture, LiveCaptureError, inte
 from kafkasniff.capture.packets import FrameParser
 from kafkasniff.commands.decode import make_options, output_options
 from kafkasniff.protocol.records import decode_records
-from kafkasniff.render.output import Output
+from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 
@@ -99,7 +98,7 @@ class LiveSession:
             self.output.finish()
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (| head): stop quietly
-            _silence_stdout()
+            stdout_gone()
         finally:
             self.kernel_stats = capture.kernel_stats()
             if self.pcap_file:
@@ -156,8 +155,3 @@ def _print_interfaces() -> None:
         click.echo(f"{iface.name}\t{flags}\t{' '.join(iface.addresses)}".rstrip())
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)

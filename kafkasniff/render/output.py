@@ -5,7 +5,9 @@ Shared by decode and sniff: `emit` each event as it is decoded, `finish` at the 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -196,3 +198,11 @@ class Output:
             else:
                 print_stats(self.stats, self.out)
         self.out.flush()
+
+
+def stdout_gone() -> None:
+    """The reader of stdout went away (`| head`): point stdout at /dev/null so exiting is quiet."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
