@@ -106,16 +106,6 @@ def rewrite(frame: bytes, **tcp_fields) -> bytes:
     return bytes(eth)
 
 
-def reported(packets: list[Packet], port_map: dict[int, int]) -> list[Packet]:
-    """Every port in port_map replaced, on both sides of each connection."""
-    out = []
-    for ts, frame in packets:
-        tcp = tcp_of(frame)
-        out.append(Packet(ts, rewrite(frame, sport=port_map.get(tcp.sport, tcp.sport),
-                                      dport=port_map.get(tcp.dport, tcp.dport))))
-    return out
-
-
 def relinked(frame: bytes, header: Callable[[int], bytes]) -> bytes:
     """The Ethernet frame's network packet behind another link header, made from its ethertype."""
     ethertype = struct.unpack_from("!H", frame, 12)[0]
