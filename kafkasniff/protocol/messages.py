@@ -93,13 +93,26 @@ def decode_request(buf, pos: int = 0, end: int | None = None,
         msg = Message(REQUEST, None, None, pos, end)
         msg.malformed = Malformed(pos, f"request header needs 4 bytes, {end - pos} present")
         return msg
-    msg = Message(REQUEST, api_key, api_version, pos, end)
-    problem = _version_problem(api_key, api_version, REQUEST)
-    variant = message_variant(api_key, REQUEST, api_version)
-    flexible = variant is not None and is_flexible(variant, api_version)
-    msg.header_version = quirks.request_header_version(api_key, api_version, flexible)
-    header, err = decode_struct(header_variant(REQUEST, msg.header_version), msg.header_version,
-                                buf, pos, end, "header")
+    return _decode(Message(REQUEST, api_key, api_version, pos, end), buf, expand_records)
+
+
+def decode_response(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,
+                    expand_records: RecordsExpander | None = None) -> Message:
+    end = len(buf) if end is None else min(end, len(buf))
+    return _decode(Message(RESPONSE, api_key, api_version, pos, end), buf, expand_records)
+
+
+_HEADER_VERSION = {REQUEST: quirks.request_header_version, RESPONSE: quirks.response_header_version}
+
+
+def _decode(msg: Message, buf, expand_records: RecordsExpander | None) -> Message:
+    """Header, then body; the header version follows from the body's (key, version)."""
+    key, version, kind = msg.api_key, msg.api_version, msg.kind
+    variant = message_variant(key, kind, version)
+    flexible = variant is not None and is_flexible(variant, version)
+    msg.header_version = _HEADER_VERSION[kind](key, version, flexible)
+    header, err = decode_struct(header_variant(kind, msg.header_version), msg.header_version,
+                                buf, msg.offset, msg.end, "header")
     msg.header = header
     if (f := header.child("CorrelationId")) is not None:
         msg.correlation_id = f.value
@@ -107,32 +120,10 @@ def decode_request(buf, pos: int = 0, end: int | None = None,
         msg.client_id = f.value
     if err is not None:
         msg.malformed = Malformed(err.offset, err.reason)
-    elif problem:
-        msg.malformed = Malformed(pos, problem)
+    elif (problem := _version_problem(key, version, kind)) is not None:
+        msg.malformed = Malformed(msg.offset, problem)
     else:
-        _decode_body(msg, buf, header.end, end, expand_records)
-    return msg
-
-
-def decode_response(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,
-                    expand_records: RecordsExpander | None = None) -> Message:
-    end = len(buf) if end is None else min(end, len(buf))
-    msg = Message(RESPONSE, api_key, api_version, pos, end)
-    problem = _version_problem(api_key, api_version, RESPONSE)
-    variant = message_variant(api_key, RESPONSE, api_version)
-    flexible = variant is not None and is_flexible(variant, api_version)
-    msg.header_version = quirks.response_header_version(api_key, api_version, flexible)
-    header, err = decode_struct(header_variant(RESPONSE, msg.header_version), msg.header_version,
-                                buf, pos, end, "header")
-    msg.header = header
-    if (f := header.child("CorrelationId")) is not None:
-        msg.correlation_id = f.value
-    if err is not None:
-        msg.malformed = Malformed(err.offset, err.reason)
-    elif problem:
-        msg.malformed = Malformed(pos, problem)
-    else:
-        _decode_body(msg, buf, header.end, end, expand_records)
+        _decode_body(msg, buf, header.end, msg.end, expand_records)
     return msg
 
 
