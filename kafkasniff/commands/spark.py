@@ -57,7 +57,8 @@ def _spark(master: str, confs):
 @click.option("--out", "out", required=True, help="Folder (or Hadoop URI) for the Parquet tables; replaced.")
 @click.option("--port", "ports", type=int, multiple=True,
               help="Kafka broker port hint (Kafka is also found on any port by content).")
-@click.option("--partitions", type=click.IntRange(1), help="Partitions connections are spread over (default: twice Spark's parallelism).")
+@click.option("--partitions", type=click.IntRange(1),
+              help="Partitions the connections are spread over (default: twice Spark's parallelism).")
 @_spark_options
 def spark_command(inputs, out, ports, partitions, master, confs) -> None:
     """Decode many captures on Spark into Parquet tables: messages, records, connections.

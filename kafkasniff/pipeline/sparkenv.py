@@ -33,6 +33,11 @@ _SESSION_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
+    # The SQL side only shuffles small things (counts per table, topic names, the connection
+    # numbering); the packets go through an RDD shuffle. Adaptive re-planning and 200 shuffle
+    # partitions would cost seconds per run for nothing (measured: 4.9 s -> 3.0 s on a small run).
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
 }
 
 
