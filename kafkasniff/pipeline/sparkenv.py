@@ -110,7 +110,7 @@ def start_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    local = master.startswith("local")
+    local = master == "local" or master.startswith("local[")
     if local:  # workers must run this interpreter, which has kafkasniff and its dependencies
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log_dir = Path(tempfile.mkdtemp(prefix="kafkasniff-spark-"))
