@@ -88,7 +88,7 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
         summary = build_tables(spark, files, out, ports, partitions)
     warnings += summary.warnings
     for line in warnings[:_WARNINGS_SHOWN]:
-        click.echo(f"kafkasniff: {line}", err=True)
+        click.echo(f"kafkasniff: warning: {line}", err=True)
     if len(warnings) > _WARNINGS_SHOWN:
         click.echo(f"kafkasniff: ... and {len(warnings) - _WARNINGS_SHOWN} more warnings", err=True)
     table = RichTable(title=f"Tables written to {out}", header_style="bold")

@@ -25,7 +25,7 @@ def read_local(path: str, name: str, report: ReadReport) -> Iterator[tuple[Segme
     try:
         reader = open_capture(path)
     except CaptureError as error:
-        report({"warnings": [f"{name}: skipped: {str(error).removeprefix(path + ': ')}"]})
+        report({"warnings": [f"skipped {name}: {str(error).removeprefix(path + ': ')}"]})
         return
     with reader:
         segments = 0
