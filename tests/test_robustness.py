@@ -70,3 +70,23 @@ def test_huge_length_fields_do_not_allocate():
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 1_000_000
+
+
+@FAST
+@given(st.sampled_from(range(len(REAL_FRAMES))), st.data())
+def test_skim_and_full_decode_agree(i, draw):
+    """The one-line view skims; its verdicts must be exactly those of the full decoder."""
+    frame = bytearray(REAL_FRAMES[i])
+    for _ in range(draw.draw(st.integers(0, 4))):
+        pos = draw.draw(st.integers(0, len(frame) - 1))
+        frame[pos] = draw.draw(st.integers(0, 255))
+    data = bytes(frame[:draw.draw(st.integers(0, len(frame)))])
+    for full, skim in ((decode_request(data), decode_request(data, skim=True)),
+                       (decode_response(data, 3, 12), decode_response(data, 3, 12, skim=True))):
+        assert (skim.api_key, skim.api_version, skim.correlation_id, skim.client_id) == \
+            (full.api_key, full.api_version, full.correlation_id, full.client_id)
+        assert skim.malformed == full.malformed
+        assert (skim.trailing is None) == (full.trailing is None)
+        if full.body is not None and not full.malformed:
+            errors = [(f.name, f.value) for _, f in full.body.walk() if f.note and f.type == "int16" and f.value]
+            assert [e for e in skim.skimmed if e[0] != "Acks"] == errors

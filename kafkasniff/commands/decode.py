@@ -66,7 +66,8 @@ def _with_progress(reader: CaptureReader, segments: Iterable[TcpSegment], progre
 
 
 def decode_file(reader: CaptureReader, output: Output, ports) -> None:
-    analyzer = Analyzer(decode_records if output.options.needs_records else None, ports)
+    analyzer = Analyzer(decode_records if output.options.needs_records else None, ports,
+                        skim=not output.options.needs_fields)
     segments = reader.segments()
     if not wants_progress(sys.stderr, reader.total_size):
         for ev in analyzer.run(segments):

@@ -74,7 +74,8 @@ class LiveSession:
     def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None):
         self.capture = capture
         self.output = Output(options)
-        self.analyzer = Analyzer(decode_records if options.needs_records else None, ports)
+        self.analyzer = Analyzer(decode_records if options.needs_records else None, ports,
+                                 skim=not options.needs_fields)
         self.parser = FrameParser()
         self.pcap_file = pcap_file
         # nanosecond precision: dpkt's microsecond rounding can yield a fraction of 1,000,000

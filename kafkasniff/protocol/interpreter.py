@@ -49,14 +49,39 @@ def is_error_code_field(name: str, type_: str) -> bool:
 RecordsExpander = Callable[[object, int, int], list[Field]]
 
 
-class Compiler:
-    """Compiles schema fields at one version into ops."""
+class FieldOps:
+    """Op builders that produce the Field tree (the default)."""
 
-    def __init__(self, variant: Variant, version: int, expand_records: RecordsExpander | None):
+    @staticmethod
+    def sequence(ops: list[Op]) -> StructDecoder:
+        ops_tuple = tuple(ops)
+
+        def decode_struct(buf, pos, end, out):
+            for op in ops_tuple:
+                pos = op(buf, pos, end, out)
+            return pos
+
+        return decode_struct
+
+    # Filled in below, once the builders are defined.
+    leaf = array = element = struct = tagged = None
+
+
+class Compiler:
+    """Compiles schema fields at one version into ops.
+
+    The schema walk (presence, compact or classic encoding, nullability, tags)
+    lives here once; `builders` decide what the ops make of the bytes: a Field
+    tree (FieldOps) or just the few values a summary needs (skim.SkimOps).
+    """
+
+    def __init__(self, variant: Variant, version: int, expand_records: RecordsExpander | None,
+                 builders=FieldOps):
         self.variant = variant
         self.version = version
         self.flexible = is_flexible(variant, version)
         self.expand_records = expand_records
+        self.b = builders
 
     def struct(self, fields: list[dict]) -> StructDecoder:
         """Decoder for a struct's fields, plus its tagged-field section in flexible versions."""
@@ -71,15 +96,8 @@ class Compiler:
             else:
                 ops.append(op)
         if self.flexible:
-            ops.append(tagged_section(tagged))
-        ops_tuple = tuple(ops)
-
-        def decode_struct(buf, pos, end, out):
-            for op in ops_tuple:
-                pos = op(buf, pos, end, out)
-            return pos
-
-        return decode_struct
+            ops.append(self.b.tagged(tagged))
+        return self.b.sequence(ops)
 
     def struct_fields(self, f: dict, struct_name: str) -> list[dict]:
         if "fields" in f:
@@ -93,18 +111,19 @@ class Compiler:
         name, type_ = f["name"], f["type"]
         compact = self.flexible and ("flexible" not in f or in_range(self.version, f["flexible"]))
         nullable = in_range(self.version, f.get("nullable"))
+        b = self.b
         if type_.startswith("[]"):
             elem_type = type_[2:]
             if elem_type in FIXED_READERS or elem_type in ("string", "bytes"):
-                elem = leaf_op("", elem_type, compact, False, None)
+                elem = b.leaf("", elem_type, compact, False, None)
             else:
-                elem = struct_element_op(elem_type, self.struct(self.struct_fields(f, elem_type)))
-            return array_op(name, type_, compact, nullable, elem)
+                elem = b.element(elem_type, self.struct(self.struct_fields(f, elem_type)))
+            return b.array(name, type_, compact, nullable, elem)
         if type_ in FIXED_READERS or type_ in ("string", "bytes"):
-            return leaf_op(name, type_, compact, nullable, None)
+            return b.leaf(name, type_, compact, nullable, None)
         if type_ == "records":
-            return leaf_op(name, type_, compact, nullable, self.expand_records)
-        return struct_op(name, type_, nullable, self.struct(self.struct_fields(f, type_)))
+            return b.leaf(name, type_, compact, nullable, self.expand_records)
+        return b.struct(name, type_, nullable, self.struct(self.struct_fields(f, type_)))
 
 
 def leaf_op(name: str, type_: str, compact: bool, nullable: bool, expand: RecordsExpander | None) -> Op:
@@ -236,20 +255,29 @@ def tagged_section(known: dict[int, tuple[str, Op]]) -> Op:
     return tagged_fields
 
 
+FieldOps.leaf = staticmethod(leaf_op)
+FieldOps.array = staticmethod(array_op)
+FieldOps.element = staticmethod(struct_element_op)
+FieldOps.struct = staticmethod(struct_op)
+FieldOps.tagged = staticmethod(tagged_section)
+
+
 @cache
-def compile_variant(variant_key: tuple, version: int, expand_records: RecordsExpander | None) -> StructDecoder:
+def compile_variant(variant_key: tuple, version: int, expand_records: RecordsExpander | None,
+                    builders=FieldOps) -> StructDecoder:
     variant = _VARIANTS[variant_key]
-    return Compiler(variant, version, expand_records).struct(variant.fields)
+    return Compiler(variant, version, expand_records, builders).struct(variant.fields)
 
 
 _VARIANTS: dict[tuple, Variant] = {}
 
 
-def struct_decoder(variant: Variant, version: int, expand_records: RecordsExpander | None = None) -> StructDecoder:
+def struct_decoder(variant: Variant, version: int, expand_records: RecordsExpander | None = None,
+                   builders=FieldOps) -> StructDecoder:
     """Cached decoder for a whole schema (message body, header or data struct) at a version."""
     key = (variant.name, variant.versions)
     _VARIANTS.setdefault(key, variant)
-    return compile_variant(key, version, expand_records)
+    return compile_variant(key, version, expand_records, builders)
 
 
 def decode_struct(variant: Variant, version: int, buf, pos: int, end: int, name: str,

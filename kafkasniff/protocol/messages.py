@@ -16,6 +16,7 @@ from kafkasniff.protocol.embedded import expand_embedded
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.interpreter import RecordsExpander, decode_struct
 from kafkasniff.protocol.primitives import read_int16
+from kafkasniff.protocol.skim import skim_struct
 from kafkasniff.protocol.schema import (api_name, apis, header_variant, is_flexible, message_variant,
                                         version_range)
 
@@ -24,7 +25,7 @@ REQUEST, RESPONSE = "request", "response"
 
 class Message:
     __slots__ = ("kind", "api_key", "api_version", "api_name", "header_version", "correlation_id",
-                 "client_id", "header", "body", "malformed", "trailing", "offset", "end")
+                 "client_id", "header", "body", "skimmed", "malformed", "trailing", "offset", "end")
 
     def __init__(self, kind: str, api_key: int | None, api_version: int | None, offset: int, end: int):
         self.kind = kind
@@ -36,6 +37,8 @@ class Message:
         self.client_id: str | None = None
         self.header: Field | None = None
         self.body: Field | None = None
+        # When skimmed instead of decoded: (name, value) of non-zero error codes and Acks, in order.
+        self.skimmed: list[tuple[str, int]] | None = None
         self.malformed: Malformed | None = None
         self.trailing: Field | None = None
         self.offset = offset
@@ -49,6 +52,13 @@ class Message:
     def complete(self) -> bool:
         """Decoded to the last byte with nothing missing or left over."""
         return self.malformed is None and self.trailing is None
+
+    def value(self, name: str):
+        """A top-level body value, whether the body was decoded or skimmed."""
+        if self.body is not None:
+            f = self.body.child(name)
+            return f.value if f is not None else None
+        return next((v for n, v in self.skimmed or () if n == name), None)
 
     def fields(self) -> Iterator[Field]:
         for f in (self.header, self.body, self.trailing):
@@ -69,9 +79,23 @@ def _decode_body(msg: Message, buf, pos: int, end: int, expand_records: RecordsE
         msg.malformed = Malformed(err.offset, err.reason)
         return
     expand_embedded(msg, buf)
-    if body.end < end:
-        msg.trailing = Field("_trailing", "bytes", body.end, end - body.end, bytes(buf[body.end:end]), None,
-                             f"{end - body.end} bytes after the end of the body")
+    _trailing(msg, buf, body.end, end)
+
+
+def _skim_body(msg: Message, buf, pos: int, end: int, expand_records: None) -> None:
+    variant = message_variant(msg.api_key, msg.kind, msg.api_version)
+    msg.skimmed = []
+    body_end, err = skim_struct(variant, msg.api_version, buf, pos, end, msg.skimmed)
+    if err is not None:
+        msg.malformed = Malformed(err.offset, err.reason)
+    else:
+        _trailing(msg, buf, body_end, end)
+
+
+def _trailing(msg: Message, buf, body_end: int, end: int) -> None:
+    if body_end < end:
+        msg.trailing = Field("_trailing", "bytes", body_end, end - body_end, bytes(buf[body_end:end]), None,
+                             f"{end - body_end} bytes after the end of the body")
 
 
 def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
@@ -84,7 +108,7 @@ def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
 
 
 def decode_request(buf, pos: int = 0, end: int | None = None,
-                   expand_records: RecordsExpander | None = None) -> Message:
+                   expand_records: RecordsExpander | None = None, skim: bool = False) -> Message:
     end = len(buf) if end is None else min(end, len(buf))
     try:
         api_key, _ = read_int16(buf, pos, end)
@@ -93,46 +117,54 @@ def decode_request(buf, pos: int = 0, end: int | None = None,
         msg = Message(REQUEST, None, None, pos, end)
         msg.malformed = Malformed(pos, f"request header needs 4 bytes, {end - pos} present")
         return msg
-    return _decode(Message(REQUEST, api_key, api_version, pos, end), buf, expand_records)
+    return _decode(Message(REQUEST, api_key, api_version, pos, end), buf, expand_records, skim)
 
 
 def decode_response(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,
-                    expand_records: RecordsExpander | None = None) -> Message:
+                    expand_records: RecordsExpander | None = None, skim: bool = False) -> Message:
     end = len(buf) if end is None else min(end, len(buf))
-    return _decode(Message(RESPONSE, api_key, api_version, pos, end), buf, expand_records)
+    return _decode(Message(RESPONSE, api_key, api_version, pos, end), buf, expand_records, skim)
 
 
 _HEADER_VERSION = {REQUEST: quirks.request_header_version, RESPONSE: quirks.response_header_version}
 
 
-def _decode(msg: Message, buf, expand_records: RecordsExpander | None) -> Message:
-    """Header, then body; the header version follows from the body's (key, version)."""
+def _decode(msg: Message, buf, expand_records: RecordsExpander | None, skim: bool) -> Message:
+    """Header, then body; the header version follows from the body's (key, version).
+
+    With skim, no Field tree is built: the structure is checked all the same, and
+    only the values a one-line summary needs are kept (see skim.py).
+    """
     key, version, kind = msg.api_key, msg.api_version, msg.kind
     variant = message_variant(key, kind, version)
     flexible = variant is not None and is_flexible(variant, version)
     msg.header_version = _HEADER_VERSION[kind](key, version, flexible)
-    header, err = decode_struct(header_variant(kind, msg.header_version), msg.header_version,
-                                buf, msg.offset, msg.end, "header")
-    msg.header = header
-    if (f := header.child("CorrelationId")) is not None:
-        msg.correlation_id = f.value
-    if (f := header.child("ClientId")) is not None:
-        msg.client_id = f.value
+    header_schema = header_variant(kind, msg.header_version)
+    if skim:
+        found: list = []
+        header_end, err = skim_struct(header_schema, msg.header_version, buf, msg.offset, msg.end, found)
+        values = dict(found)
+    else:
+        header, err = decode_struct(header_schema, msg.header_version, buf, msg.offset, msg.end, "header")
+        msg.header, header_end = header, header.end
+        values = {c.name: c.value for c in header.children}
+    msg.correlation_id = values.get("CorrelationId")
+    msg.client_id = values.get("ClientId")
     if err is not None:
         msg.malformed = Malformed(err.offset, err.reason)
     elif (problem := _version_problem(key, version, kind)) is not None:
         msg.malformed = Malformed(msg.offset, problem)
     else:
-        _decode_body(msg, buf, header.end, msg.end, expand_records)
+        (_skim_body if skim else _decode_body)(msg, buf, header_end, msg.end, expand_records)
     return msg
 
 
 def decode_response_for_request(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,
-                                expand_records: RecordsExpander | None = None) -> Message:
+                                expand_records: RecordsExpander | None = None, skim: bool = False) -> Message:
     """Decode a response at its request's version, honouring Kafka's version fallbacks."""
     first = None
     for version in quirks.response_version_fallbacks(api_key, api_version):
-        msg = decode_response(buf, api_key, version, pos, end, expand_records)
+        msg = decode_response(buf, api_key, version, pos, end, expand_records, skim)
         if msg.complete:
             return msg
         first = first or msg

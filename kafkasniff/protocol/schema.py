@@ -58,6 +58,7 @@ def _pick(name: str, variants: list[dict], version: int) -> Variant | None:
     return None
 
 
+@cache
 def message_variant(api_key: int, kind: str, version: int) -> Variant | None:
     """Schema for a request or response body at a version; None if Kafka never defined it."""
     api = apis().get(api_key)
@@ -66,11 +67,13 @@ def message_variant(api_key: int, kind: str, version: int) -> Variant | None:
     return _pick(f"{api['name']}{kind.capitalize()}", api[kind], version)
 
 
+@cache
 def header_variant(kind: str, version: int) -> Variant | None:
     name = "RequestHeader" if kind == "request" else "ResponseHeader"
     return _pick(name, table()["headers"][name], version)
 
 
+@cache
 def data_variant(name: str, version: int) -> Variant | None:
     variants = table()["data"].get(name)
     return _pick(name, variants, version) if variants else None

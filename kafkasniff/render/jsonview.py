@@ -23,6 +23,8 @@ json_key = cache(snake_case)  # field names come from the schemas: a bounded set
 
 def error_names(msg: Message) -> list[str]:
     """Names of the non-zero error codes anywhere in the body, in order, each once."""
+    if msg.skimmed is not None:
+        return list(dict.fromkeys(error_name(v) for n, v in msg.skimmed if n != "Acks"))
     found: list[str] = []
     stack = [msg.body] if msg.body is not None else []
     while stack:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 from kafkasniff.render.jsonview import FRAME_PREFIX, error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent, endpoint_text
 
 
+@lru_cache(maxsize=64)
+def _second(whole: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(whole))
+
+
 def clock(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1e6) % 1000000:06d}"
+    """UTC time of day with microseconds."""
+    micros = round(ts * 1e6)
+    return f"{_second(micros // 1000000)}.{micros % 1000000:06d}"
 
 
 def message_line(ev: MessageEvent) -> str:

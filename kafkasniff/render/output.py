@@ -46,6 +46,11 @@ class OutputOptions:
         return self.view != "line" or self.hex or self.stats
 
     @property
+    def needs_fields(self) -> bool:
+        """Whether anything shown needs decoded fields; the one-line view alone needs only a skim."""
+        return self.view != "line" or self.hex or self.stats or bool(self.topics)
+
+    @property
     def prints_events(self) -> bool:
         """--stats alone prints only the tables."""
         return not (self.stats and self.view == "line")

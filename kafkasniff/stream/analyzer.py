@@ -17,10 +17,12 @@ from kafkasniff.stream.session import Session
 
 class Analyzer:
     def __init__(self, expand_records: RecordsExpander | None = None, port_hints: Iterable[int] = (),
-                 max_frame: int = DEFAULT_MAX_FRAME, reassembler: tcp.TcpReassembler | None = None):
+                 max_frame: int = DEFAULT_MAX_FRAME, reassembler: tcp.TcpReassembler | None = None,
+                 skim: bool = False):
         self.expand_records = expand_records
         self.port_hints = frozenset(port_hints)
         self.max_frame = max_frame
+        self.skim = skim
         self.tcp = reassembler or tcp.TcpReassembler()
         self.sessions: dict[int, Session] = {}
         self.gaps = 0
@@ -62,7 +64,7 @@ class Analyzer:
                 self.sessions[ev.conn.stream] = Session(
                     ev.conn.stream, (ev.conn.a, ev.conn.b), client_side=self._client_side(ev.conn),
                     from_start=(from_start, from_start), expand_records=self.expand_records,
-                    max_frame=self.max_frame)
+                    max_frame=self.max_frame, skim=self.skim)
             elif kind is tcp.Gap:
                 self.gaps += 1
                 self.gap_bytes += ev.size

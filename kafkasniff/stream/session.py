@@ -29,6 +29,8 @@ CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # A capture may start inside a large message (1 MiB Produce is common): look that far for a request.
 IDENTIFY_LIMIT = 4 * 1024 * 1024
 MAX_ORPHANS = 64
+# The session reads the SASL exchange itself (mechanism, outcome, credentials), even when skimming.
+FULLY_DECODED = frozenset({quirks.SASL_HANDSHAKE, sasl.SASL_AUTHENTICATE})
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -124,12 +126,13 @@ class Session:
 
     def __init__(self, stream: int, endpoints: tuple[Endpoint, Endpoint], *, client_side: int | None = None,
                  from_start: tuple[bool, bool] = (False, False), expand_records: RecordsExpander | None = None,
-                 max_frame: int = DEFAULT_MAX_FRAME):
+                 max_frame: int = DEFAULT_MAX_FRAME, skim: bool = False):
         self.stream = stream
         self.endpoints = endpoints
         self.from_start = from_start
         self.expand_records = expand_records
         self.max_frame = max_frame
+        self.skim = skim  # summaries only (see protocol/skim.py), except where the session must look inside
         self.conn: Connection | None = None
         self.client_side: int | None = None
         self.framers: list[Framer | None] = [None, None]
@@ -275,12 +278,12 @@ class Session:
             else:
                 self.events.append(SaslTokenEvent(self.conn, CLIENT_TO_SERVER, frame, self.sasl_mechanism))
                 return
-        msg = decode_request(frame.payload, 0, None, self.expand_records)
+        payload = frame.payload
+        skim = self.skim and len(payload) >= 2 and _I16.unpack_from(payload, 0)[0] not in FULLY_DECODED
+        msg = decode_request(payload, 0, None, self.expand_records, skim)
         event = MessageEvent(self.conn, CLIENT_TO_SERVER, frame, msg)
         if msg.api_key is not None:
-            acks = msg.body.child("Acks") if msg.body is not None else None
-            event.expects_response = quirks.expects_response(msg.api_key, msg.api_version,
-                                                             acks.value if acks else None)
+            event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.value("Acks"))
             if msg.correlation_id is not None and event.expects_response:
                 self.pending[msg.correlation_id] = event
             if msg.api_key == quirks.SASL_HANDSHAKE and msg.body is not None:
@@ -320,7 +323,8 @@ class Session:
             return
         if request is not None:
             req = request.message
-            msg = decode_response_for_request(payload, req.api_key, req.api_version, 0, None, self.expand_records)
+            msg = decode_response_for_request(payload, req.api_key, req.api_version, 0, None, self.expand_records,
+                                              self.skim and req.api_key not in FULLY_DECODED)
             event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
             event.request = request
             event.latency_ms = (frame.ts - request.ts) * 1000.0
