@@ -53,7 +53,7 @@ def _spark(master: str, confs):
 
 
 @click.command("spark")
-@click.argument("inputs", nargs=-1, required=True)
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("--out", "out", required=True, help="Folder (or Hadoop URI) for the Parquet tables; replaced.")
 @click.option("--port", "ports", type=int, multiple=True,
               help="Kafka broker port hint (Kafka is also found on any port by content).")

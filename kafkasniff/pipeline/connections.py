@@ -5,10 +5,10 @@ reassembler subclass only watches the TCP events go by to fill the `connections`
 One 4-tuple can hold several connections one after another (a port reused with a new SYN,
 or reused after a close); each gets its own row.
 
-Differences from decoding a whole file in one process: capture time only advances with
-this 4-tuple's packets, so a hole in the stream is given up on at this connection's next
-packet (or its end) rather than at any later packet of the capture; the messages are the
-same.
+The one difference from decoding a whole file in one process: capture time only advances
+with this 4-tuple's packets, so a hole in the stream is given up on at this connection's
+next packet (or its end) rather than at any later packet of the capture. A retransmission
+arriving more than the reassembler's max_wait after the hole can still fill it here.
 """
 
 from __future__ import annotations
