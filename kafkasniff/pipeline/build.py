@@ -24,7 +24,7 @@ from kafkasniff.pipeline.connections import (CONNECTION_ROW, MESSAGE_ROW, RECORD
                                              decode_sorted_partition)
 from kafkasniff.pipeline.inputs import CaptureFile
 from kafkasniff.pipeline.reading import read_local, read_spooled
-from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS, Table
+from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS, Column, Table
 
 _COUNTS = ("files", "bytes", "frames", "segments")
 
@@ -103,17 +103,17 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     return summary
 
 
-_WIDE_COLUMNS = {MESSAGE_ROW: MESSAGES.name, RECORD_ROW: RECORDS.name, CONNECTION_ROW: CONNECTIONS.name,
-                 TOPIC_NAME_ROW: "topic_name"}
-_WIDE_DDL = ", ".join(["tag int"] + [
-    f"`{name}` struct<{', '.join(f'`{c.name}`: {c.type}' for c in table.raw_columns)}>"
-    for name, table in ((MESSAGES.name, MESSAGES), (RECORDS.name, RECORDS), (CONNECTIONS.name, CONNECTIONS))
-] + ["topic_name struct<topic_id: string, name: string>"])
+# The wide row: the tag, then one struct per tag (in this order), all null but the tagged one.
+_WIDE = {MESSAGE_ROW: (MESSAGES.name, MESSAGES.raw_columns), RECORD_ROW: (RECORDS.name, RECORDS.raw_columns),
+         CONNECTION_ROW: (CONNECTIONS.name, CONNECTIONS.raw_columns),
+         TOPIC_NAME_ROW: ("topic_name", (Column("topic_id", "string", ""), Column("name", "string", "")))}
+_WIDE_DDL = ", ".join(["tag int"] + [f"`{name}` struct<{', '.join(f'`{c.name}`: {c.type}' for c in columns)}>"
+                                     for name, columns in _WIDE.values()])
 
 
 def _wide_row(item: tuple[int, tuple]) -> tuple:
     tag, row = item
-    return (tag, *(row if column == tag else None for column in _WIDE_COLUMNS))
+    return (tag, *(row if column == tag else None for column in _WIDE))
 
 
 def _write_tables(wide, out: str) -> BuildSummary:
@@ -121,7 +121,7 @@ def _write_tables(wide, out: str) -> BuildSummary:
     from pyspark.sql import functions as F
 
     def rows_of(tag: int):
-        return wide.where(F.col("tag") == tag).select(f"{_WIDE_COLUMNS[tag]}.*")
+        return wide.where(F.col("tag") == tag).select(f"{_WIDE[tag][0]}.*")
 
     summary = BuildSummary()
     counts = dict(wide.groupBy("tag").count().collect())
