@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import cache
 from typing import Iterable
 
-from kafkasniff.protocol.entities import topics
+from kafkasniff.protocol.entities import error_codes, topics
 from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Field, Malformed
-from kafkasniff.protocol.interpreter import TAGGED_FIELDS, is_error_code_field
+from kafkasniff.protocol.interpreter import TAGGED_FIELDS
 from kafkasniff.protocol.messages import Message
 from kafkasniff.protocol.sasl import SECRET, TOKEN
 from kafkasniff.render.bytemap import DETACHED_TYPES
@@ -22,19 +22,8 @@ json_key = cache(snake_case)  # field names come from the schemas: a bounded set
 
 
 def error_names(msg: Message) -> list[str]:
-    """Names of the non-zero error codes anywhere in the body, in order, each once."""
-    if msg.skimmed is not None:
-        return list(dict.fromkeys(error_name(v) for n, v in msg.skimmed if n != "Acks"))
-    found: list[str] = []
-    stack = [msg.body] if msg.body is not None else []
-    while stack:
-        f = stack.pop()
-        if f.children is not None:
-            if f.type != "records":  # record batches hold no error codes
-                stack.extend(reversed(f.children))
-        elif f.value and is_error_code_field(f.name, f.type):
-            found.append(error_name(f.value))
-    return list(dict.fromkeys(found))
+    """Names of the non-zero error codes in the body, each once."""
+    return list(dict.fromkeys(error_name(code) for code in error_codes(msg)))
 
 
 def _malformed_json(m: Malformed, shift: int) -> dict:
@@ -84,28 +73,35 @@ def _legacy_record(m: Field, shift: int) -> dict:
             "value": json_bytes(v["value"]), "headers": []}
 
 
+_SCALARS = frozenset({int, str, float, bool, type(None)})
+
+
 def field_json(f: Field, show_secrets: bool):
-    if f.type == SECRET:
-        return f.value if show_secrets else MASK
-    if f.type == TOKEN:
-        return {c.name: field_json(c, show_secrets) for c in f.children}
-    if f.type == "records":
-        if f.children is None:
+    kids, t = f.children, f.type
+    if kids is None:
+        v = f.value
+        if v.__class__ in _SCALARS and t != SECRET:
+            return v  # the common case, first
+        if t == SECRET:
+            return v if show_secrets else MASK
+        if t == "records":
             # Not expanded (no records decoder given), or no records at all.
-            return json_bytes(f.value) if f.value else [] if f.value is not None else None
-        return [_record_json(item) for item in f.children if item.type in _RECORD_ITEM_TYPES]
-    if f.children is None:
-        return json_value(f.value)
-    if f.type.startswith("[]"):
-        return [field_json(c, show_secrets) for c in f.children]
+            return json_bytes(v) if v else []
+        return json_value(v)
+    if t == "records":
+        return [_record_json(item) for item in kids if item.type in _RECORD_ITEM_TYPES]
+    if t[:2] == "[]":
+        return [field_json(c, show_secrets) for c in kids]
+    if t == TOKEN:
+        return {c.name: field_json(c, show_secrets) for c in kids}
     out = {}
-    for c in f.children:
+    for c in kids:
         if c.name == TAGGED_FIELDS:
-            for t in c.children:
-                if t.type == "unknown_tag":
-                    out.setdefault("_unknown_tags", {})[t.name.removeprefix("tag_")] = json_bytes(t.value)
+            for tag in c.children:
+                if tag.type == "unknown_tag":
+                    out.setdefault("_unknown_tags", {})[tag.name.removeprefix("tag_")] = json_bytes(tag.value)
                 else:
-                    out[json_key(t.name)] = field_json(t, show_secrets)
+                    out[json_key(tag.name)] = field_json(tag, show_secrets)
         else:
             out[json_key(c.name)] = field_json(c, show_secrets)
     return out

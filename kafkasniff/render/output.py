@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from kafkasniff.protocol.entities import entity_paths
+from kafkasniff.protocol.entities import entity_paths, topic_bearing_prefixes
 from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.interpreter import TAGGED_FIELDS
 from kafkasniff.protocol.messages import Message
@@ -79,10 +79,12 @@ class TopicNames:
         found: dict[str, int] = {}
         if msg.body is not None and msg.api_key is not None:
             paths = frozenset(entity_paths(msg.api_key, msg.kind, msg.api_version, "topicName"))
-            self._struct(msg.body, (), paths, None, found)
+            relevant = topic_bearing_prefixes(msg.api_key, msg.kind, msg.api_version)
+            self._struct(msg.body, (), paths, relevant, None, found)
         return found
 
-    def _struct(self, struct: Field, path: tuple, paths: frozenset, topic: str | None, found: dict) -> None:
+    def _struct(self, struct: Field, path: tuple, paths: frozenset, relevant: frozenset, topic: str | None,
+                found: dict) -> None:
         members = list(_members(struct))
         name = topic_id = None
         for m in members:
@@ -99,6 +101,8 @@ class TopicNames:
             found.setdefault(name, 0)
         for m in members:
             here = path + (m.name,)
+            if here not in relevant:
+                continue  # nothing below can name a topic or carry records
             if m.type == "records":
                 if topic is not None:
                     found[topic] = found.get(topic, 0) + _record_count(m)
@@ -108,13 +112,13 @@ class TopicNames:
                 items = m.children
                 if items and items[0].children is not None:
                     for item in items:
-                        self._struct(item, here, paths, topic, found)
+                        self._struct(item, here, paths, relevant, topic, found)
                 elif here in paths:
                     for item in items:
                         if isinstance(item.value, str):
                             found.setdefault(item.value, 0)
             else:
-                self._struct(m, here, paths, topic, found)
+                self._struct(m, here, paths, relevant, topic, found)
 
 
 def _members(struct: Field):
