@@ -510,3 +510,17 @@ def test_bare_acks_do_not_fix_the_start_of_a_mid_stream_direction():
         seg(CLIENT, 100, b"data"),
     ])
     assert summary(events)[1] == ("data", A_TO_B, 0, b"data")
+
+
+def test_idle_connections_are_ended_so_the_table_stays_bounded():
+    reassembler = TcpReassembler(idle_timeout=900.0)
+    other = ("10.0.0.9", 40001)
+    events = reassembler.feed(seg(CLIENT, 1000, b"old", ts=0.0))
+    events += reassembler.feed(TcpSegment(0.5, *other, *SERVER, 1, 0, ACK, b"a"))
+    # The second connection keeps talking; the first says nothing for more than 15 minutes.
+    for t in range(60, 1000, 60):
+        events += reassembler.feed(TcpSegment(float(t), *other, *SERVER, 1 + t // 60, 0, ACK, b"b"))
+    ends = [e for e in events if isinstance(e, StreamEnd)]
+    assert [(e.conn.stream, e.direction, e.reason) for e in ends] == [(0, BOTH, "idle")]
+    assert 900.0 < ends[0].ts <= 1000.0
+    assert reassembler.open_connections == 1

@@ -33,6 +33,7 @@ END_FIN = "fin"
 END_RST = "rst"
 END_CAPTURE = "capture end"
 END_PORT_REUSED = "port reused"
+END_IDLE = "idle"
 
 _SEQ_MOD = 1 << 32
 _SEQ_HALF = 1 << 31
@@ -74,7 +75,7 @@ class Gap(NamedTuple):
 class StreamEnd(NamedTuple):
     conn: Connection
     direction: int  # A_TO_B, B_TO_A or BOTH
-    reason: str  # END_FIN, END_RST, END_CAPTURE or END_PORT_REUSED
+    reason: str  # END_FIN, END_RST, END_CAPTURE, END_PORT_REUSED or END_IDLE
     ts: float
 
 
@@ -101,12 +102,13 @@ class _HalfStream:
 
 
 class _ConnectionState:
-    __slots__ = ("conn", "halves", "keys")
+    __slots__ = ("conn", "halves", "keys", "last_seen")
 
     def __init__(self, conn: Connection, keys: tuple[tuple, tuple]) -> None:
         self.conn = conn
         self.halves = (_HalfStream(), _HalfStream())
         self.keys = keys  # table keys of A_TO_B and B_TO_A segments
+        self.last_seen = 0.0
 
 
 class TcpReassembler:
@@ -117,6 +119,7 @@ class TcpReassembler:
         max_buffered_bytes: int = 8 << 20,
         max_wait: float = 10.0,
         closed_linger: float = 60.0,
+        idle_timeout: float = 900.0,
     ) -> None:
         self.max_buffered_bytes = max_buffered_bytes  # per direction, out-of-order bytes held
         self.max_wait = max_wait  # capture seconds a hole may block delivery
@@ -130,6 +133,10 @@ class TcpReassembler:
         self._waiting: dict[_ConnectionState, None] = {}  # connections holding out-of-order bytes
         self._sweep_every = min(1.0, max_wait)
         self._next_sweep = 0.0
+        # Connections silent this long (capture time) are ended, so a long capture's table holds only
+        # live ones; brokers close idle connections after 10 minutes (connections.max.idle.ms).
+        self.idle_timeout = idle_timeout
+        self._next_idle_sweep = 0.0
 
     @property
     def open_connections(self) -> int:
@@ -148,6 +155,7 @@ class TcpReassembler:
                 return events
             entry = self._open(key, seg, events)
         state, direction = entry
+        state.last_seen = ts
         half = state.halves[direction]
 
         seq = seg.seq
@@ -306,11 +314,20 @@ class TcpReassembler:
         self._release(conn, direction, half, ts, events)
 
     def _sweep(self, events) -> None:
+        if self._now >= self._next_idle_sweep:
+            self._end_idle(events)
         self._next_sweep = self._now + self._sweep_every
         for state in list(self._waiting):
             self._enforce_bounds(state, events)
             if not (state.halves[0].pending or state.halves[1].pending):
                 self._waiting.pop(state, None)
+
+    def _end_idle(self, events) -> None:
+        now = self._now
+        self._next_idle_sweep = now + self.idle_timeout / 10
+        idle = {state for state, _ in self._table.values() if now - state.last_seen > self.idle_timeout}
+        for state in sorted(idle, key=lambda st: st.conn.stream):
+            self._finish(state, END_IDLE, events)
 
     def _enforce_bounds(self, state, events) -> None:
         now = self._now
