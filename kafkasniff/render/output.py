@@ -6,7 +6,7 @@ Shared by decode and sniff: `emit` each event as it is decoded, `finish` at the 
 from __future__ import annotations
 
 import contextlib
-import json
+import orjson
 import os
 import sys
 from dataclasses import dataclass, field
@@ -196,14 +196,14 @@ class Output:
         if self.tree is not None:
             self.tree.show(ev)
         elif o.view == "json":
-            self.out.write(json.dumps(event_json(ev, o.show_secrets, topics), ensure_ascii=False) + "\n")
+            self.out.write(orjson.dumps(event_json(ev, o.show_secrets, topics)).decode() + "\n")
         else:
             self.out.write(event_line(ev, o.show_secrets) + "\n")
 
     def finish(self) -> None:
         if self.stats is not None:
             if self.options.view == "json":
-                self.out.write(json.dumps(self.stats.to_json(), ensure_ascii=False) + "\n")
+                self.out.write(orjson.dumps(self.stats.to_json()).decode() + "\n")
             else:
                 print_stats(self.stats, self.out)
         self.out.flush()
