@@ -10,6 +10,7 @@ path does no schema lookups.
 
 from __future__ import annotations
 
+import struct
 from functools import cache
 from typing import Callable
 
@@ -126,7 +127,25 @@ class Compiler:
         return b.struct(name, type_, nullable, self.struct(self.struct_fields(f, type_)))
 
 
+# Fixed-width numbers are unpacked inline (no reader call): they are most of all fields.
+_NUMBER_FORMATS = {"int8": ">b", "int16": ">h", "uint16": ">H", "int32": ">i", "uint32": ">I", "int64": ">q",
+                   "float64": ">d"}
+
+
 def leaf_op(name: str, type_: str, compact: bool, nullable: bool, expand: RecordsExpander | None) -> Op:
+    if type_ in _NUMBER_FORMATS:
+        layout = struct.Struct(_NUMBER_FORMATS[type_])
+        unpack, size = layout.unpack_from, layout.size
+        is_error = is_error_code_field(name, type_)
+
+        def number(buf, pos, end, out):
+            new = pos + size
+            if new > end:
+                raise DecodeError(pos, f"{type_} needs {size} bytes, {max(end - pos, 0)} left")
+            v = unpack(buf, pos)[0]
+            out.append(Field(name, type_, pos, size, v, None, error_name(v) if is_error else None))
+            return new
+        return number
     if type_ in FIXED_READERS:
         read = FIXED_READERS[type_]
         if is_error_code_field(name, type_):
@@ -224,6 +243,9 @@ def struct_op(name: str, type_: str, nullable: bool, decode: StructDecoder) -> O
 
 def tagged_section(known: dict[int, tuple[str, Op]]) -> Op:
     def tagged_fields(buf, pos, end, out):
+        if pos < end and not buf[pos]:  # no tagged fields: by far the most common case
+            out.append(Field(TAGGED_FIELDS, "tagged_fields", pos, 1, 0, []))
+            return pos + 1
         count, new = p.read_unsigned_varint(buf, pos, end)
         if count > end - new:
             raise DecodeError(pos, f"tagged field count {count} exceeds the {end - new} bytes left")

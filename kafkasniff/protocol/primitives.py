@@ -97,8 +97,11 @@ def read_varlong(buf, pos: int, end: int):
 def _length(buf, pos: int, end: int, compact: bool, what: str):
     """Return (length or -1 for null, position after the length field)."""
     if compact:
-        n, new = read_unsigned_varint(buf, pos, end)
-        n -= 1
+        if pos < end and buf[pos] < 0x80:  # a one-byte length: nearly every string and bytes field
+            n, new = buf[pos] - 1, pos + 1
+        else:
+            n, new = read_unsigned_varint(buf, pos, end)
+            n -= 1
     else:
         n, new = (read_int16 if what == "string" else read_int32)(buf, pos, end)
     if n < -1:
@@ -114,9 +117,8 @@ def read_string(buf, pos: int, end: int, compact: bool = False, nullable: bool =
         if not nullable:
             raise DecodeError(pos, "null string where the schema does not allow null")
         return None, pos2
-    raw = bytes(buf[pos2:pos2 + n])
     try:
-        return raw.decode("utf-8"), pos2 + n
+        return str(buf[pos2:pos2 + n], "utf-8"), pos2 + n
     except UnicodeDecodeError:
         raise DecodeError(pos2, "string is not valid UTF-8") from None
 

@@ -91,12 +91,15 @@ def field_json(f: Field, show_secrets: bool):
     if t == "records":
         return [_record_json(item) for item in kids if item.type in _RECORD_ITEM_TYPES]
     if t[:2] == "[]":
-        return [field_json(c, show_secrets) for c in kids]
+        return [c.value if c.children is None and c.value.__class__ in _SCALARS else field_json(c, show_secrets)
+                for c in kids]
     if t == TOKEN:
         return {c.name: field_json(c, show_secrets) for c in kids}
     out = {}
     for c in kids:
-        if c.name == TAGGED_FIELDS:
+        if c.children is None and c.value.__class__ in _SCALARS and c.type != SECRET:
+            out[json_key(c.name)] = c.value  # most members: no call for them
+        elif c.name == TAGGED_FIELDS:
             for tag in c.children:
                 if tag.type == "unknown_tag":
                     out.setdefault("_unknown_tags", {})[tag.name.removeprefix("tag_")] = json_bytes(tag.value)
