@@ -526,3 +526,9 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     result = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "--stats", str(long_capture(tmp_path))],
                             capture_output=True, timeout=60)
     assert result.returncode == 0 and result.stderr == b""
+
+
+def test_unknown_api_name_is_a_clear_error():
+    result = CliRunner().invoke(main, ["decode", "--api", "Produse", CONFLUENT])
+    assert result.exit_code == 2
+    assert "unknown API 'Produse'; `kafkasniff apis` lists the names and keys" in result.output

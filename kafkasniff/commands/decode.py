@@ -13,6 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.protocol.records import decode_records
+from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 
@@ -44,8 +45,17 @@ def output_options(f):
     return f
 
 
+def _check_apis(apis) -> None:
+    known = {a["name"].lower() for a in all_apis().values()} | {str(key) for key in all_apis()}
+    unknown = [a for a in apis if a.lower() not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown API {unknown[0]!r}; `kafkasniff apis` lists the names and keys",
+                                 param_hint="--api")
+
+
 def make_options(tree, hex_, as_json, apis, topics, client_ids, streams, errors_only, stats, show_secrets,
                  full) -> OutputOptions:
+    _check_apis(apis)
     return OutputOptions(
         view="json" if as_json else "tree" if tree or hex_ else "line", hex=hex_, show_secrets=show_secrets,
         full_values=full, apis=frozenset(a.lower() for a in apis), topics=frozenset(topics),
