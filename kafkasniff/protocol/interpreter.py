@@ -241,39 +241,53 @@ def struct_op(name: str, type_: str, nullable: bool, decode: StructDecoder) -> O
     return struct
 
 
+def tagged_entries(buf, pos: int, end: int, known: dict[int, tuple[str, Op]], out: list):
+    """Walk a tagged-field section, decoding the known tags into `out` with their ops.
+
+    Yields (tag, value start, value stop) for every entry, known or not; the section ends at the
+    last entry's stop. Shared by the full decoder and the skim, so both check the same things.
+    """
+    count, new = p.read_unsigned_varint(buf, pos, end)
+    if count > end - new:
+        raise DecodeError(pos, f"tagged field count {count} exceeds the {end - new} bytes left")
+    pos = new
+    for _ in range(count):
+        tag, pos = p.read_unsigned_varint(buf, pos, end)
+        size, pos = p.read_unsigned_varint(buf, pos, end)
+        if size > end - pos:
+            raise DecodeError(pos, f"tagged field {tag} size {size} exceeds the {end - pos} bytes left")
+        stop = pos + size
+        if tag in known:
+            tag_name, op = known[tag]
+            got = op(buf, pos, stop, out)
+            if got != stop:
+                raise DecodeError(got, f"tagged field {tag_name} (tag {tag}) has {stop - got} bytes left over")
+        yield tag, pos, stop
+        pos = stop
+
+
 def tagged_section(known: dict[int, tuple[str, Op]]) -> Op:
     def tagged_fields(buf, pos, end, out):
         if pos < end and not buf[pos]:  # no tagged fields: by far the most common case
             out.append(Field(TAGGED_FIELDS, "tagged_fields", pos, 1, 0, []))
             return pos + 1
-        count, new = p.read_unsigned_varint(buf, pos, end)
-        if count > end - new:
-            raise DecodeError(pos, f"tagged field count {count} exceeds the {end - new} bytes left")
         kids: list[Field] = []
-        section = Field(TAGGED_FIELDS, "tagged_fields", pos, 0, count, kids)
+        section = Field(TAGGED_FIELDS, "tagged_fields", pos, 0, None, kids)
         out.append(section)
-        start, pos = pos, new
+        start = stop = pos
+        count = 0
         try:
-            for _ in range(count):
-                tag, pos = p.read_unsigned_varint(buf, pos, end)
-                size, pos = p.read_unsigned_varint(buf, pos, end)
-                if size > end - pos:
-                    raise DecodeError(pos, f"tagged field {tag} size {size} exceeds the {end - pos} bytes left")
-                stop = pos + size
-                if tag in known:
-                    tag_name, op = known[tag]
-                    got = op(buf, pos, stop, kids)
-                    if got != stop:
-                        raise DecodeError(got, f"tagged field {tag_name} (tag {tag}) has {stop - got} bytes left over")
-                else:
-                    kids.append(Field(f"tag_{tag}", "unknown_tag", pos, size, bytes(buf[pos:stop]), None,
-                                      f"unknown tag {tag}"))
-                pos = stop
+            for tag, value_at, stop in tagged_entries(buf, pos, end, known, kids):
+                count += 1
+                if tag not in known:
+                    kids.append(Field(f"tag_{tag}", "unknown_tag", value_at, stop - value_at,
+                                      bytes(buf[value_at:stop]), None, f"unknown tag {tag}"))
         except DecodeError as e:
             section.length = e.offset - start
             raise
-        section.length = pos - start
-        return pos
+        section.value = count
+        section.length = (stop if count else p.read_unsigned_varint(buf, pos, end)[1]) - start
+        return start + section.length
     return tagged_fields
 
 

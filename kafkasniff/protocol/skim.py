@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from kafkasniff.protocol import primitives as p
 from kafkasniff.protocol.fields import DecodeError
-from kafkasniff.protocol.interpreter import FIXED_READERS, Op, StructDecoder, is_error_code_field, struct_decoder
+from kafkasniff.protocol.interpreter import (FIXED_READERS, Op, StructDecoder, is_error_code_field, struct_decoder,
+                                             tagged_entries)
 from kafkasniff.protocol.schema import Variant
 
 WANTED = frozenset({"CorrelationId", "ClientId", "Acks"})
@@ -155,23 +156,10 @@ class SkimOps:
         def tagged_fields(buf, pos, end, out):
             if pos < end and not buf[pos]:
                 return pos + 1  # no tagged fields: by far the most common case
-            count, new = p.read_unsigned_varint(buf, pos, end)
-            if count > end - new:
-                raise DecodeError(pos, f"tagged field count {count} exceeds the {end - new} bytes left")
-            pos = new
-            for _ in range(count):
-                tag, pos = p.read_unsigned_varint(buf, pos, end)
-                size, pos = p.read_unsigned_varint(buf, pos, end)
-                if size > end - pos:
-                    raise DecodeError(pos, f"tagged field {tag} size {size} exceeds the {end - pos} bytes left")
-                stop = pos + size
-                if tag in known:
-                    tag_name, op = known[tag]
-                    got = op(buf, pos, stop, out)
-                    if got != stop:
-                        raise DecodeError(got, f"tagged field {tag_name} (tag {tag}) has {stop - got} bytes left over")
-                pos = stop
-            return pos
+            stop = p.read_unsigned_varint(buf, pos, end)[1]  # where an all-empty section would end
+            for _, _, stop in tagged_entries(buf, pos, end, known, out):
+                pass
+            return stop
         return tagged_fields
 
 
