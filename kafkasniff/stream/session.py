@@ -61,7 +61,7 @@ class MessageEvent:
         self.ts = frame.ts
         self.first_ts = frame.first_ts
         self.stream_offset = frame.stream_offset
-        self.payload = frame.payload  # the frame after its size prefix; message offsets count from the prefix
+        self.payload = frame.payload  # the frame after its size prefix: the buffer message offsets point into
         self.message = message
         self.request: MessageEvent | None = None
         self.latency_ms: float | None = None
