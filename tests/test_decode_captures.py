@@ -195,7 +195,7 @@ def test_transactions_show_commit_and_abort_control_batches():
                     if batch.value["is_control"]:
                         (record,) = records_of(batch)
                         where = (topic_name, partition["PartitionIndex"].value, record.value["offset"])
-                        markers[where] = record["key"]["type"].note
+                        markers[where] = record["key"]["Type"].note
     # Each producer writes one record to each of 3 partitions per transaction: commits the first
     # transaction (data at offset 0, marker at 1), aborts the second (data at 2, marker at 3).
     assert markers == {(topic, partition, offset): kind

@@ -231,7 +231,7 @@ def test_tree_view_shows_control_records():
     text = [line.strip(" │├└─") for line in decode("-V", "--api", "fetch", TRANSACTIONS)]
     assert sum(line.startswith("control record COMMIT offset 1, ") for line in text) == 6
     assert sum(line.startswith("control record ABORT offset 3, ") for line in text) == 6
-    assert text.count("type: 1 (COMMIT)  int16") == 6
+    assert text.count("Type: 1 (COMMIT)  int16") == 6
 
 
 def test_hex_view_lists_every_byte_range_at_frame_offsets():

@@ -255,9 +255,9 @@ def test_control_batches(kind, type_name):
     # record @61: length, attributes, timestamp_delta, offset_delta, key length @65, key @66..69,
     # value length @70, value @71..76
     assert [(c.name, c.offset, c.length, c.value, c.note) for c in key.children] == [
-        ("version", 66, 2, 0, None), ("type", 68, 2, CONTROL_TYPES[kind], type_name)]
+        ("Version", 66, 2, 0, None), ("Type", 68, 2, CONTROL_TYPES[kind], type_name)]
     assert [(c.name, c.offset, c.length, c.value) for c in value.children] == [
-        ("version", 71, 2, 0), ("coordinator_epoch", 73, 4, 17)]
+        ("Version", 71, 2, 0), ("CoordinatorEpoch", 73, 4, 17)]
     assert record.value["key"] == struct.pack(">hh", 0, CONTROL_TYPES[kind])
 
 

@@ -23,6 +23,7 @@ import crc32c
 
 from kafkasniff.protocol.compression import (
     MiB, DecompressedTooLarge, DecompressionFailed, codec_name, decompress)
+from kafkasniff.protocol.embedded import decode_embedded
 from kafkasniff.protocol.fields import DecodeError, Field, Malformed
 from kafkasniff.protocol.primitives import read_bytes, read_varint, read_varint_bytes, read_varlong
 
@@ -63,8 +64,6 @@ _BATCH_CRC_FROM = 21  # CRC-32C covers the batch from attributes to the end
 _MESSAGE_CRC_FROM = 16  # CRC-32 covers a legacy message from magic to the end
 _LEGACY_PREFIX = struct.Struct(">qiIbb")
 _INT64 = struct.Struct(">q")
-_CONTROL_KEY = struct.Struct(">hh")
-_CONTROL_VALUE = struct.Struct(">hi")
 
 
 def decode_records(buf, offset: int, end: int, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
@@ -325,25 +324,21 @@ def _decode_record(b, start: int, body: int, end: int, context: _BatchContext) -
 
 
 def _annotate_control(key_field: Field, value_field: Field, key: bytes | None, value: bytes | None) -> None:
-    """Control records carry (version, type) in the key and (version, coordinator_epoch) in the value."""
-    if key is None or len(key) < _CONTROL_KEY.size:
-        key_field.note = f"control record key needs {_CONTROL_KEY.size} bytes"
-    else:
-        at = key_field.end - len(key)
-        version, control_type = _CONTROL_KEY.unpack_from(key)
-        key_field.type = "ControlRecordKey"
-        key_field.children = [
-            Field("version", "int16", at, 2, version),
-            Field("type", "int16", at + 2, 2, control_type, note=CONTROL_TYPE_NAMES.get(control_type, "unknown"))]
-    if value is None or len(value) < _CONTROL_VALUE.size:
-        value_field.note = f"control record value needs {_CONTROL_VALUE.size} bytes"
-    else:
-        at = value_field.end - len(value)
-        version, coordinator_epoch = _CONTROL_VALUE.unpack_from(value)
-        value_field.type = "ControlRecordValue"
-        value_field.children = [
-            Field("version", "int16", at, 2, version),
-            Field("coordinator_epoch", "int32", at + 2, 4, coordinator_epoch)]
+    """A control record's key is a ControlRecordTypeSchema, its value an EndTxnMarker: Kafka data schemas,
+    each an int16 version and then the schema's fields, decoded from the generated table."""
+    for field, raw, schema, kind in ((key_field, key, "ControlRecordTypeSchema", "ControlRecordKey"),
+                                     (value_field, value, "EndTxnMarker", "ControlRecordValue")):
+        fields, _ = decode_embedded(raw or b"", 0, len(raw or b""), schema)
+        if len(fields) < 2:
+            field.note = f"not a {schema}"
+            continue
+        at = field.end - len(raw)
+        for f in fields:
+            f.offset += at
+        field.type, field.children = kind, fields
+    if key_field.children:
+        control_type = key_field["Type"]
+        control_type.note = CONTROL_TYPE_NAMES.get(control_type.value, "unknown")
 
 
 # --- legacy messages (magic 0 and 1) -----------------------------------------

@@ -61,7 +61,7 @@ def _batch_record(r: Field, shift: int) -> dict:
     out = json_value(r.value)
     key = r.child("key")
     if key is not None and key.type == "ControlRecordKey":
-        out["control_type"] = key["type"].note
+        out["control_type"] = key["Type"].note
     return out
 
 

@@ -263,7 +263,7 @@ class TreeView:
         v = r.value
         key = r["key"]
         if key.type == "ControlRecordKey":
-            title = Text.assemble(("control record ", "bold"), (key["type"].note, "bold cyan"),
+            title = Text.assemble(("control record ", "bold"), (key["Type"].note, "bold cyan"),
                                   f" offset {v['offset']}, timestamp {timestamp_text(v['timestamp'])}")
         else:
             title = Text.assemble(("record", "bold"),
