@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import struct
+from functools import cache
 import zlib
 from contextlib import contextmanager
 
@@ -24,7 +25,9 @@ import crc32c
 from kafkasniff.protocol.compression import (
     MiB, DecompressedTooLarge, DecompressionFailed, codec_name, decompress)
 from kafkasniff.protocol.embedded import decode_embedded
+from kafkasniff.protocol.encoder import encode_struct
 from kafkasniff.protocol.fields import DecodeError, Field, Malformed
+from kafkasniff.protocol.schema import data_variant
 from kafkasniff.protocol.primitives import read_bytes, read_varint, read_varint_bytes, read_varlong
 
 DEFAULT_MAX_DECOMPRESSED = 64 * MiB
@@ -323,6 +326,12 @@ def _decode_record(b, start: int, body: int, end: int, context: _BatchContext) -
                   Field("headers", "[]Header", headers_at, pos - headers_at, None, header_fields)])
 
 
+@cache
+def _embedded_size(schema: str) -> int:
+    """Bytes of a data schema's version 0 with default values: its int16 version and fixed fields."""
+    return 2 + len(encode_struct(data_variant(schema, 0), 0, {}))
+
+
 def _annotate_control(key_field: Field, value_field: Field, key: bytes | None, value: bytes | None) -> None:
     """A control record's key is a ControlRecordTypeSchema, its value an EndTxnMarker: Kafka data schemas,
     each an int16 version and then the schema's fields, decoded from the generated table."""
@@ -330,7 +339,7 @@ def _annotate_control(key_field: Field, value_field: Field, key: bytes | None, v
                                      (value_field, value, "EndTxnMarker", "ControlRecordValue")):
         fields, _ = decode_embedded(raw or b"", 0, len(raw or b""), schema)
         if len(fields) < 2:
-            field.note = f"not a {schema}"
+            field.note = f"control record {field.name} needs {_embedded_size(schema)} bytes"
             continue
         at = field.end - len(raw)
         for f in fields:
