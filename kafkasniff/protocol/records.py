@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import gc
 import struct
-from functools import cache
 import zlib
 from contextlib import contextmanager
+from functools import cache
 
 import crc32c
 
@@ -27,8 +27,8 @@ from kafkasniff.protocol.compression import (
 from kafkasniff.protocol.embedded import decode_embedded
 from kafkasniff.protocol.encoder import encode_struct
 from kafkasniff.protocol.fields import DecodeError, Field, Malformed
-from kafkasniff.protocol.schema import data_variant
 from kafkasniff.protocol.primitives import read_bytes, read_varint, read_varint_bytes, read_varlong
+from kafkasniff.protocol.schema import data_variant
 
 DEFAULT_MAX_DECOMPRESSED = 64 * MiB
 DECOMPRESSED_RECORDS = "[]DecompressedRecord"
