@@ -12,6 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
+from kafkasniff.commands.parallel import decode_parallel, usable_cores
 from kafkasniff.protocol.records import decode_records
 from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone
@@ -20,6 +21,8 @@ from kafkasniff.stream.analyzer import Analyzer
 # Smaller captures decode in a moment: a bar would only flicker.
 PROGRESS_MIN_BYTES = 8 << 20
 PROGRESS_EVERY = 512  # segments between progress updates
+PARALLEL_MIN_BYTES = 8 << 20
+MAX_AUTO_JOBS = 4  # beyond that, reading and reassembling in the parent is the limit
 
 
 def output_options(f):
@@ -75,27 +78,43 @@ def _with_progress(reader: CaptureReader, segments: Iterable[TcpSegment], progre
     progress.update(task, completed=reader.total_size)
 
 
-def decode_file(reader: CaptureReader, output: Output, ports) -> None:
-    analyzer = Analyzer(decode_records if output.options.needs_records else None, ports,
+def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1) -> None:
+    def make_analyzer() -> Analyzer:
+        return Analyzer(decode_records if output.options.needs_records else None, ports,
                         skim=not output.options.needs_fields)
-    segments = reader.segments()
-    if not wants_progress(sys.stderr, reader.total_size):
-        for ev in analyzer.run(segments):
-            output.emit(ev)
+
+    show_progress = wants_progress(sys.stderr, reader.total_size)
+    if jobs > 1 and output.renders_apart:
+        decode_parallel(lambda: _segments(reader, show_progress), output, make_analyzer, jobs)
+        return
+    analyzer = make_analyzer()
+    for ev in analyzer.run(_segments(reader, show_progress)):
+        output.emit(ev)
+
+
+def _segments(reader: CaptureReader, show_progress: bool) -> Iterator[TcpSegment]:
+    if not show_progress:
+        yield from reader.segments()
         return
     # On one terminal, stdout goes through the bar (redirect) so lines print above it.
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                         console=Console(file=sys.stderr), transient=True, redirect_stdout=sys.stdout.isatty(),
                         redirect_stderr=False)
     with progress:
-        for ev in analyzer.run(_with_progress(reader, segments, progress)):
-            output.emit(ev)
+        yield from _with_progress(reader, reader.segments(), progress)
+
+
+def default_jobs(reader: CaptureReader) -> int:
+    """Small captures decode in a moment in one process: only big ones are worth the workers' start."""
+    return min(usable_cores(), MAX_AUTO_JOBS) if reader.total_size >= PARALLEL_MIN_BYTES else 1
 
 
 @click.command("decode")
 @click.argument("captures", nargs=-1, required=True)
+@click.option("-j", "--jobs", type=click.IntRange(min=1),
+              help="Worker processes (default: one per core, up to 4, for captures of 8 MB or more).")
 @output_options
-def decode_command(captures, ports, **view) -> None:
+def decode_command(captures, ports, jobs, **view) -> None:
     """Decode every Kafka request and response in pcap/pcapng captures (gzip too)."""
     from kafkasniff.cli import fail
 
@@ -107,7 +126,7 @@ def decode_command(captures, ports, **view) -> None:
             except CaptureError as e:
                 fail(str(e))
             with reader:
-                decode_file(reader, output, ports)
+                decode_file(reader, output, ports, jobs or default_jobs(reader))
             for warning in reader.warnings:
                 click.echo(f"kafkasniff: warning: {warning}", err=True)
         output.finish()

@@ -24,6 +24,9 @@ from kafkasniff.render.tree import TreeView
 from kafkasniff.stream.session import MessageEvent
 
 NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
+# Stands for the topics list in JSON rendered by a parallel worker; a topic cannot be named so (NUL).
+TOPICS_PLACEHOLDER = "\x00topics\x00"
+_PLACEHOLDER_JSON = orjson.dumps([TOPICS_PLACEHOLDER])
 
 
 @dataclass
@@ -69,56 +72,76 @@ class TopicNames:
     resolved with the (id, name) pairs that Metadata, CreateTopics and similar
     responses carry, learned as the capture goes by. Unresolved ids are listed
     as the id's text. Memory grows with the number of distinct topics only.
+
+    Finding the mentions needs only the message; resolving them needs every
+    earlier message of the capture. The two halves are apart so that parallel
+    decoding can find mentions in its workers and resolve them in capture order.
     """
 
     def __init__(self) -> None:
         self.by_id: dict[str, str] = {}
 
-    def of(self, msg: Message) -> dict[str, int]:
-        """{topic: records in this message for it}, in order of appearance."""
+    def resolve(self, mentions: list[list]) -> dict[str, int]:
+        """Mentions (from `topic_mentions`) as {topic: records}; learns the (id, name) pairs among them."""
         found: dict[str, int] = {}
-        if msg.body is not None and msg.api_key is not None:
-            paths = frozenset(entity_paths(msg.api_key, msg.kind, msg.api_version, "topicName"))
-            relevant = topic_bearing_prefixes(msg.api_key, msg.kind, msg.api_version)
-            self._struct(msg.body, (), paths, relevant, None, found)
+        for name, topic_id, records in mentions:
+            if name is not None and topic_id is not None:
+                self.by_id[topic_id] = name
+            elif topic_id is not None:
+                name = self.by_id.get(topic_id, topic_id)
+            found[name] = found.get(name, 0) + records
         return found
 
-    def _struct(self, struct: Field, path: tuple, paths: frozenset, relevant: frozenset, topic: str | None,
-                found: dict) -> None:
-        members = list(_members(struct))
-        name = topic_id = None
-        for m in members:
-            if path + (m.name,) in paths and m.children is None and isinstance(m.value, str):
-                name = m.value
-            elif m.name == "TopicId" and m.type == "uuid" and m.value != NO_TOPIC_ID:
-                topic_id = m.value
-        if name is not None and topic_id is not None:
-            self.by_id[topic_id] = name
-        elif topic_id is not None:
-            name = self.by_id.get(topic_id, topic_id)
-        if name is not None:
-            topic = name
-            found.setdefault(name, 0)
-        for m in members:
-            here = path + (m.name,)
-            if here not in relevant:
-                continue  # nothing below can name a topic or carry records
-            if m.type == "records":
-                if topic is not None:
-                    found[topic] = found.get(topic, 0) + _record_count(m)
-            elif m.children is None:
-                continue
-            elif m.type.startswith("[]"):
-                items = m.children
-                if items and items[0].children is not None:
-                    for item in items:
-                        self._struct(item, here, paths, relevant, topic, found)
-                elif here in paths:
-                    for item in items:
-                        if isinstance(item.value, str):
-                            found.setdefault(item.value, 0)
-            else:
-                self._struct(m, here, paths, relevant, topic, found)
+
+def topic_mentions(msg: Message) -> list[list]:
+    """[name, topic id, records carried] for every struct or list item naming a topic, in order."""
+    found: list[list] = []
+    if msg.body is not None and msg.api_key is not None:
+        paths = frozenset(entity_paths(msg.api_key, msg.kind, msg.api_version, "topicName"))
+        relevant = topic_bearing_prefixes(msg.api_key, msg.kind, msg.api_version)
+        _struct_mentions(msg.body, (), paths, relevant, None, found)
+    return found
+
+
+def event_mentions(ev: MessageEvent) -> list:
+    """The message's topic mentions; for a response, None and then its request's."""
+    mentions = topic_mentions(ev.message)
+    if ev.request is not None:
+        mentions.append(None)
+        mentions += topic_mentions(ev.request.message)
+    return mentions
+
+
+def _struct_mentions(struct: Field, path: tuple, paths: frozenset, relevant: frozenset, topic: list | None,
+                     found: list) -> None:
+    members = list(_members(struct))
+    name = topic_id = None
+    for m in members:
+        if path + (m.name,) in paths and m.children is None and isinstance(m.value, str):
+            name = m.value
+        elif m.name == "TopicId" and m.type == "uuid" and m.value != NO_TOPIC_ID:
+            topic_id = m.value
+    if name is not None or topic_id is not None:
+        topic = [name, topic_id, 0]
+        found.append(topic)
+    for m in members:
+        here = path + (m.name,)
+        if here not in relevant:
+            continue  # nothing below can name a topic or carry records
+        if m.type == "records":
+            if topic is not None:
+                topic[2] += _record_count(m)
+        elif m.children is None:
+            continue
+        elif m.type.startswith("[]"):
+            items = m.children
+            if items and items[0].children is not None:
+                for item in items:
+                    _struct_mentions(item, here, paths, relevant, topic, found)
+            elif here in paths:
+                found.extend([item.value, None, 0] for item in items if isinstance(item.value, str))
+        else:
+            _struct_mentions(m, here, paths, relevant, topic, found)
 
 
 def _members(struct: Field):
@@ -154,13 +177,18 @@ class Output:
 
     def event_topics(self, ev: MessageEvent) -> dict[str, int]:
         """Topics of the message (a response adds its request's) with records carried for each."""
-        found = self.topic_names.of(ev.message)
-        if ev.request is not None:
-            for name in self.topic_names.of(ev.request.message):
-                found.setdefault(name, 0)
-        return found
+        return self._resolve(event_mentions(ev))
 
     def wanted(self, ev, topics: dict[str, int] | None = None) -> bool:
+        if not self.wanted_apart_from_topics(ev):
+            return False
+        if self.options.topics and type(ev) is MessageEvent:
+            if topics is None:
+                topics = self.event_topics(ev)
+            return not self.options.topics.isdisjoint(topics)
+        return True
+
+    def wanted_apart_from_topics(self, ev) -> bool:
         o = self.options
         if type(ev) is not MessageEvent:
             return not (o.apis or o.topics or o.client_ids or o.errors_only) and (
@@ -172,11 +200,6 @@ class Output:
             return False
         if o.client_ids and client_id_of(ev) not in o.client_ids:
             return False
-        if o.topics:
-            if topics is None:
-                topics = self.event_topics(ev)
-            if not o.topics.intersection(topics):
-                return False
         if o.errors_only and not (error_names(m) or m.malformed):
             return False
         return True
@@ -199,6 +222,58 @@ class Output:
             self.out.write(orjson.dumps(event_json(ev, o.show_secrets, topics)).decode() + "\n")
         else:
             self.out.write(event_line(ev, o.show_secrets) + "\n")
+
+    # Parallel decoding: workers `render` events, the parent `deliver`s them in capture order,
+    # resolving topic ids, which needs every earlier message of the capture.
+
+    @property
+    def renders_apart(self) -> bool:
+        """Whether this view can be rendered by workers: one line or JSON, without --stats."""
+        return self.options.view in ("line", "json") and not self.options.stats
+
+    def render(self, ev) -> tuple[bytes, list | None] | None:
+        """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it.
+
+        A JSON line holds TOPICS_PLACEHOLDER where `deliver` puts the resolved topics."""
+        if not self.wanted_apart_from_topics(ev):
+            return None
+        mentions = None
+        if type(ev) is MessageEvent and (self.options.topics or self.options.view == "json"):
+            mentions = event_mentions(ev)
+        if self.options.view == "json":
+            topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
+            return orjson.dumps(event_json(ev, self.options.show_secrets, topics)) + b"\n", mentions
+        return (event_line(ev, self.options.show_secrets) + "\n").encode(), mentions
+
+    def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
+        """Write rendered events, in capture order."""
+        chunks = []
+        for line, mentions in rendered:
+            if mentions is not None:
+                topics = self._resolve(mentions)
+                if self.options.topics and self.options.topics.isdisjoint(topics):
+                    continue
+                if self.options.view == "json":
+                    line = line.replace(_PLACEHOLDER_JSON, orjson.dumps(list(topics)), 1)
+            chunks.append(line)
+        self.shown += len(chunks)
+        out = self.out
+        binary = getattr(out, "buffer", None)
+        if binary is not None:
+            out.flush()
+            binary.write(b"".join(chunks))
+        else:
+            out.write(b"".join(chunks).decode())
+
+    def _resolve(self, mentions: list) -> dict[str, int]:
+        """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""
+        if None not in mentions:
+            return self.topic_names.resolve(mentions)
+        split = mentions.index(None)
+        found = self.topic_names.resolve(mentions[:split])
+        for name in self.topic_names.resolve(mentions[split + 1:]):
+            found.setdefault(name, 0)
+        return found
 
     def finish(self) -> None:
         if self.stats is not None:

@@ -29,19 +29,19 @@ class Analyzer:
         self.gap_bytes = 0
 
     def feed(self, segment: TcpSegment) -> list:
-        return self._handle(self.tcp.feed(segment))
+        return self.handle(self.tcp.feed(segment))
 
     def tick(self, now: float) -> list:
         """Live capture: capture time passes without traffic, so long-waiting holes are given up."""
-        return self._handle(self.tcp.tick(now))
+        return self.handle(self.tcp.tick(now))
 
     def finish(self) -> list:
         """The capture is over: flush holes and half-finished frames of every connection."""
-        return self._handle(self.tcp.flush())
+        return self.handle(self.tcp.flush())
 
     def run(self, segments: Iterable[TcpSegment]) -> Iterator:
         for segment in segments:
-            yield from self._handle(self.tcp.feed(segment))
+            yield from self.handle(self.tcp.feed(segment))
         yield from self.finish()
 
     def _client_side(self, conn: tcp.Connection) -> int | None:
@@ -51,7 +51,8 @@ class Analyzer:
             return 1
         return None
 
-    def _handle(self, tcp_events: list) -> list:
+    def handle(self, tcp_events: list) -> list:
+        """Reassembled TCP events (from this analyzer's reassembler, or another's) in, Kafka events out."""
         out = []
         for ev in tcp_events:
             kind = type(ev)

@@ -1,0 +1,192 @@
+"""Decode one capture on several cores: its connections are shared out among worker processes.
+
+The parent reads the capture and reassembles TCP, because stream numbers and the ends of
+idle connections are facts about the whole capture. Each worker runs the sessions of its
+connections (framing, decoding, pairing) and renders their events. The parent writes the
+rendered events in exactly the order one process would have, resolving topic ids on the
+way, since resolving them needs every earlier message of the capture.
+
+Order: the parent numbers every TCP event. Workers tag what they render with (that
+number, rank within the event's output). Every batch goes to all workers at once and
+carries the last number handed out so far, the batch's watermark; a worker's reply
+carries it back once the batch is done. An item is written once no other worker can
+still produce a smaller one. So the parent holds at most about one batch of output per
+worker, and a slow worker holds up the others instead of letting them run ahead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import traceback
+from collections import deque
+from multiprocessing.connection import Connection, wait
+from typing import Iterable
+
+from kafkasniff.capture.packets import TcpSegment
+from kafkasniff.render.output import Output
+from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.tcp import TcpReassembler
+
+BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pipes cheap per event
+END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
+FAILED = -2  # a worker's reply after an exception: the traceback follows
+
+
+class WorkerFailed(RuntimeError):
+    pass
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class _Worker:
+    def __init__(self, ctx, make_analyzer, output: Output, inherited: list[Connection]):
+        inbox_r, self.inbox = ctx.Pipe(duplex=False)
+        self.results, results_w = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_work, args=(inbox_r, results_w, make_analyzer, output, inherited),
+                                   daemon=True)
+        self.process.start()
+        inbox_r.close()
+        results_w.close()
+
+
+def _work(inbox: Connection, results: Connection, make_analyzer, output: Output, inherited: list[Connection]):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    for conn in inherited:  # the parent's ends of earlier workers' pipes, copied by fork
+        conn.close()
+    analyzer: Analyzer = make_analyzer()
+    render = output.render
+    try:
+        watermark = None
+        while watermark != END:
+            watermark, events = pickle.loads(inbox.recv_bytes())
+            items = []
+            for number, tcp_event in events:
+                rank = 0
+                for ev in analyzer.handle((tcp_event,)):
+                    rendered = render(ev)
+                    if rendered is not None:
+                        items.append((number, rank, *rendered))
+                        rank += 1
+            results.send_bytes(pickle.dumps((watermark, items), pickle.HIGHEST_PROTOCOL))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            results.send_bytes(pickle.dumps((FAILED, traceback.format_exc())))
+
+
+class _Merger:
+    """Receives the workers' rendered events and delivers them in capture order (a thread of the parent)."""
+
+    def __init__(self, output: Output, workers: list[_Worker]):
+        self.output = output
+        self.results = [w.results for w in workers]
+        self.queues = [deque() for _ in workers]
+        self.watermarks = [-1] * len(workers)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="kafkasniff-merge", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            live = {conn: i for i, conn in enumerate(self.results)}
+            while live:
+                for conn in wait(list(live)):
+                    i = live[conn]
+                    try:
+                        watermark, items = pickle.loads(conn.recv_bytes())
+                    except EOFError:
+                        raise WorkerFailed(f"decode worker {i} ended without a word") from None
+                    if watermark == FAILED:
+                        raise WorkerFailed(f"decode worker {i} failed:\n{items}")
+                    self.queues[i].extend(items)
+                    self.watermarks[i] = watermark
+                    if watermark == END:
+                        del live[conn]
+                self._deliver_ready()
+        except BaseException as e:
+            self.error = e
+            for conn in self.results:  # workers blocked on writing to us now fail, and stop reading theirs
+                conn.close()
+
+    def _deliver_ready(self) -> None:
+        queues, watermarks = self.queues, self.watermarks
+        ready = []
+        while True:
+            first = None
+            for q in queues:
+                if q and (first is None or q[0] < first[0]):
+                    first = q
+            if first is None:
+                break
+            number = first[0][0]
+            if any(not q and watermark < number for q, watermark in zip(queues, watermarks)):
+                break  # that worker may still produce something earlier
+            _, _, line, mentions = first.popleft()
+            ready.append((line, mentions))
+        if ready:
+            self.output.deliver(ready)
+
+
+def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: int) -> None:
+    """Decode on `jobs` workers. `segments_after_start()` gives the segments; it is called once
+    the workers are running, so whatever starts threads (a progress bar) starts after the fork."""
+    ctx = multiprocessing.get_context("fork")
+    workers: list[_Worker] = []
+    for _ in range(jobs):
+        inherited = [c for w in workers for c in (w.inbox, w.results)]
+        workers.append(_Worker(ctx, make_analyzer, output, inherited))
+    merger = _Merger(output, workers)
+    merger.thread.start()
+    try:
+        _share_out(segments_after_start(), workers, merger)
+        merger.thread.join()
+    finally:
+        for w in workers:
+            w.inbox.close()
+            w.process.join(timeout=1)
+            if w.process.is_alive():
+                w.process.terminate()
+    if merger.error is not None:
+        raise merger.error
+
+
+def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _Merger) -> None:
+    """Reassemble TCP here; send each event to the worker of its connection, in batches."""
+    reassembler = TcpReassembler()
+    batches: list[list] = [[] for _ in workers]
+    count = len(workers)
+    number = 0
+
+    def send(watermark: int) -> None:
+        for w, batch in zip(workers, batches):
+            w.inbox.send_bytes(pickle.dumps((watermark, batch), pickle.HIGHEST_PROTOCOL))
+            batch.clear()
+
+    try:
+        pending = 0
+        for segment in segments:
+            events = reassembler.feed(segment)
+            if not events:
+                continue
+            for ev in events:
+                batches[ev.conn.stream % count].append((number, ev))
+                number += 1
+            pending += len(events)
+            if pending >= BATCH_EVENTS:
+                if merger.error is not None:
+                    return  # the merger has stopped, and has the reason
+                send(number - 1)
+                pending = 0
+        for ev in reassembler.flush():
+            batches[ev.conn.stream % count].append((number, ev))
+            number += 1
+        send(END)
+    except (BrokenPipeError, ConnectionResetError):
+        merger.thread.join(timeout=5)  # a worker went away: the merger hears why
+        if merger.error is None:
+            raise
