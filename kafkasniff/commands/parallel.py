@@ -49,16 +49,18 @@ class _Worker:
     def __init__(self, ctx, make_analyzer, output: Output, inherited: list[Connection]):
         inbox_r, self.inbox = ctx.Pipe(duplex=False)
         self.results, results_w = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=_work, args=(inbox_r, results_w, make_analyzer, output, inherited),
+        # A worker must not hold the parent's ends, its own or earlier workers': EOF would never come.
+        parent_ends = [*inherited, self.inbox, self.results]
+        self.process = ctx.Process(target=_work, args=(inbox_r, results_w, make_analyzer, output, parent_ends),
                                    daemon=True)
         self.process.start()
         inbox_r.close()
         results_w.close()
 
 
-def _work(inbox: Connection, results: Connection, make_analyzer, output: Output, inherited: list[Connection]):
+def _work(inbox: Connection, results: Connection, make_analyzer, output: Output, parent_ends: list[Connection]):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    for conn in inherited:  # the parent's ends of earlier workers' pipes, copied by fork
+    for conn in parent_ends:  # copied by fork
         conn.close()
     analyzer: Analyzer = make_analyzer()
     render = output.render

@@ -1,0 +1,87 @@
+"""`decode --jobs N`: connections shared out among worker processes give exactly the output of one process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kafkasniff.cli import main
+from kafkasniff.commands.parallel import WorkerFailed
+from kafkasniff.render.output import Output
+from tests.capture_manifest import CAPTURES_DIR, capture_names
+
+ALL_CAPTURES = [str(CAPTURES_DIR / f"{name}.pcap") for name in capture_names()]
+CONFLUENT = str(CAPTURES_DIR / "confluent_codecs.pcap")
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(main, ["decode", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("view", [[], ["--json"]], ids=["line", "json"])
+@pytest.mark.parametrize("jobs", ["2", "3"])
+def test_workers_write_what_one_process_writes(view, jobs):
+    # All captures in one run: stream numbers and topic ids carry over from file to file as in one process.
+    single = run(*view, "-j", "1", *ALL_CAPTURES)
+    shared = run(*view, "-j", jobs, *ALL_CAPTURES)
+    assert shared == single
+    assert len(single.splitlines()) == 820  # 52 + 115 + 205 + 61 + 94 + 100 + 59 + 134 messages
+
+
+@pytest.mark.parametrize("filters", [
+    ["--topic", "codecs-zstd"], ["--errors-only"], ["--api", "Fetch", "--api", "Metadata"],
+    ["--client-id", "rdkafka"], ["--stream", "3"], ["--topic", "nope"],
+])
+def test_filters_apply_alike(filters):
+    for view in ([], ["--json"]):
+        assert run(*view, *filters, "-j", "2", *ALL_CAPTURES) == run(*view, *filters, "-j", "1", *ALL_CAPTURES)
+
+
+def test_topic_ids_resolve_across_workers():
+    """A topic id learned from a Metadata response in one worker names the topic of a Fetch in the other."""
+    events = [json.loads(line) for line in run("--json", "-j", "2", CONFLUENT).splitlines()]
+    learned_by: dict[str, set[int]] = {}  # topic id -> workers (stream % 2) that saw it with its name
+    resolved_elsewhere = 0
+    for ev in events:
+        body = ev.get("body") or {}
+        for topic in body.get("topics") or body.get("responses") or ():
+            if not isinstance(topic, dict) or not topic.get("topic_id"):
+                continue
+            if topic.get("name") or topic.get("topic"):
+                learned_by.setdefault(topic["topic_id"], set()).add(ev["stream"] % 2)
+            elif learned_by.get(topic["topic_id"]) == {1 - ev["stream"] % 2}:
+                assert topic["topic_id"] not in ev["topics"], ev["topics"]  # a name, not the id
+                resolved_elsewhere += 1
+    assert resolved_elsewhere > 0
+
+
+def test_a_failing_worker_stops_the_run_with_its_traceback(monkeypatch, tmp_path):
+    def broken(self, ev):
+        raise ValueError("renderer broke")
+
+    monkeypatch.setattr(Output, "render", broken)  # before the workers fork: they inherit it
+    with pytest.raises(WorkerFailed, match="renderer broke"):
+        CliRunner().invoke(main, ["decode", "-j", "2", CONFLUENT], catch_exceptions=False)
+
+
+def test_reader_going_away_ends_workers_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "kafkasniff", "decode", "--json", "-j", "2", CONFLUENT],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=30) == 0
+    assert json.loads(first)["kind"] == "request"
+    assert proc.stderr.read() == b""
+
+
+def test_stats_and_trees_stay_in_one_process():
+    # They need every event object in one place; --jobs is accepted and does not change them.
+    for view in (["--stats"], ["-V"], ["--hex", "--api", "ApiVersions"]):
+        assert run(*view, "-j", "2", CONFLUENT) == run(*view, "-j", "1", CONFLUENT)
