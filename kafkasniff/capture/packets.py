@@ -42,6 +42,9 @@ IPV6_HOP_BY_HOP, IPV6_ROUTING, IPV6_FRAGMENT, IPV6_DEST_OPTS, IPV6_AUTH = 0, 43,
 _IPV6_SKIPPABLE = frozenset({IPV6_HOP_BY_HOP, IPV6_ROUTING, IPV6_DEST_OPTS})
 
 _TCP_HEADER = Struct("!HHIIBB").unpack_from
+# version/IHL, total length, flags/fragment offset, protocol, source and destination address
+_IPV4_HEADER = Struct("!BxHxxHxBxx8s").unpack_from
+MAX_REMEMBERED_ADDRESS_PAIRS = 4096  # texts of (source, destination) pairs kept: hosts talk to few peers
 
 
 class TcpSegment(NamedTuple):
@@ -77,6 +80,7 @@ class FrameParser:
 
     def __init__(self) -> None:
         self.skipped: Counter[str] = Counter()
+        self._ipv4_pairs: dict[bytes, tuple[str, str]] = {}
 
     def parse(
         self, frame: bytes, linktype: int, ts: float, wire_len: int | None = None
@@ -121,24 +125,25 @@ class FrameParser:
             return None
 
     def _ipv4(self, frame, off, ts, cut):
-        version_ihl = frame[off]
+        version_ihl, total_len, fragment, protocol, addresses = _IPV4_HEADER(frame, off)
         header_len = (version_ihl & 0x0F) * 4
         if version_ihl >> 4 != 4 or header_len < 20:
             self.skipped["malformed"] += 1
             return None
-        if frame[off + 9] != IPPROTO_TCP:
+        if protocol != IPPROTO_TCP:
             self.skipped["not TCP"] += 1
             return None
-        if (frame[off + 6] << 8 | frame[off + 7]) & 0x3FFF:  # more-fragments flag or offset
+        if fragment & 0x3FFF:  # more-fragments flag or offset
             self.skipped["IP fragment"] += 1
             return None
-        total_len = frame[off + 2] << 8 | frame[off + 3]
         # TSO-captured packets carry total length 0: the frame length is all there is.
         end = off + total_len if total_len else len(frame) - min(cut, 0)
-        return self._tcp(
-            frame, off + header_len, end, ts, cut,
-            inet_ntoa(frame[off + 12 : off + 16]), inet_ntoa(frame[off + 16 : off + 20]),
-        )
+        pair = self._ipv4_pairs.get(addresses)
+        if pair is None:
+            pair = self._ipv4_pairs[addresses] = (inet_ntoa(addresses[:4]), inet_ntoa(addresses[4:]))
+            if len(self._ipv4_pairs) > MAX_REMEMBERED_ADDRESS_PAIRS:
+                self._ipv4_pairs.clear()
+        return self._tcp(frame, off + header_len, end, ts, cut, *pair)
 
     def _ipv6(self, frame, off, ts, cut):
         if frame[off] >> 4 != 6:

@@ -35,6 +35,8 @@ from kafkasniff.stream.tcp import TcpReassembler
 BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pipes cheap per event
 END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
+# The parent feeds every worker: when cores are short, it must not wait for them.
+WORKER_NICENESS = 10
 
 
 class WorkerFailed(RuntimeError):
@@ -60,6 +62,7 @@ class _Worker:
 
 def _work(inbox: Connection, results: Connection, make_analyzer, output: Output, parent_ends: list[Connection]):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    os.nice(WORKER_NICENESS)
     for conn in parent_ends:  # copied by fork
         conn.close()
     analyzer: Analyzer = make_analyzer()
