@@ -30,9 +30,10 @@ from typing import Iterable
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.render.output import Output
 from kafkasniff.stream.analyzer import Analyzer
-from kafkasniff.stream.tcp import TcpReassembler
+from kafkasniff.stream.tcp import StreamData, TcpReassembler
 
 BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pipes cheap per event
+BATCH_BYTES = 4 << 20  # ... and stream bytes per batch, so batches of big segments stay small in memory
 END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
 # The parent feeds every worker: when cores are short, it must not wait for them.
@@ -173,7 +174,7 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
             batch.clear()
 
     try:
-        pending = 0
+        pending = pending_bytes = 0
         for segment in segments:
             events = reassembler.feed(segment)
             if not events:
@@ -181,12 +182,14 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
             for ev in events:
                 batches[ev.conn.stream % count].append((number, ev))
                 number += 1
+                if type(ev) is StreamData:
+                    pending_bytes += len(ev.data)
             pending += len(events)
-            if pending >= BATCH_EVENTS:
+            if pending >= BATCH_EVENTS or pending_bytes >= BATCH_BYTES:
                 if merger.error is not None:
                     return  # the merger has stopped, and has the reason
                 send(number - 1)
-                pending = 0
+                pending = pending_bytes = 0
         for ev in reassembler.flush():
             batches[ev.conn.stream % count].append((number, ev))
             number += 1
