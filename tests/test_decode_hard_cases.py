@@ -36,9 +36,14 @@ MISSING = "bytes missing from the capture"
 
 
 def run(path: Path, *options: str) -> str:
-    result = CliRunner().invoke(main, ["decode", *options, str(path)], catch_exceptions=False)
-    assert (result.exit_code, result.stderr) == (0, "")
-    return result.stdout
+    """The command's output, the same in one process as with connections shared among 3 workers."""
+    outputs = []
+    for jobs in ("1", "3"):
+        result = CliRunner().invoke(main, ["decode", "-j", jobs, *options, str(path)], catch_exceptions=False)
+        assert (result.exit_code, result.stderr) == (0, "")
+        outputs.append(result.stdout)
+    assert outputs[1] == outputs[0]
+    return outputs[0]
 
 
 def decode(path: Path, *options: str) -> list[dict]:
