@@ -112,7 +112,7 @@ def default_jobs(reader: CaptureReader) -> int:
 @click.command("decode")
 @click.argument("captures", nargs=-1, required=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
-              help="Worker processes (default: one per core, up to 4, for captures of 8 MB or more).")
+              help="Worker processes (default: one per core, up to 4, for captures of 8 MiB or more).")
 @output_options
 def decode_command(captures, ports, jobs, **view) -> None:
     """Decode every Kafka request and response in pcap/pcapng captures (gzip too)."""
