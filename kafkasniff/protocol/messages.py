@@ -9,15 +9,16 @@ complete body as a `trailing` field.
 
 from __future__ import annotations
 
+import struct
+from functools import cache
 from typing import Iterator
 
 from kafkasniff.protocol import quirks
 from kafkasniff.protocol.embedded import expand_embedded
-from kafkasniff.protocol.fields import Field, Malformed
+from kafkasniff.protocol.fields import DecodeError, Field, Malformed
 from kafkasniff.protocol.interpreter import RecordsExpander, decode_struct
-from kafkasniff.protocol.primitives import read_int16
-from kafkasniff.protocol.skim import skim_struct
-from kafkasniff.protocol.schema import (api_name, apis, header_variant, is_flexible, message_variant,
+from kafkasniff.protocol.skim import Skimmer, header_value_count, skimmer
+from kafkasniff.protocol.schema import (Variant, api_name, apis, header_variant, is_flexible, message_variant,
                                         version_range)
 
 REQUEST, RESPONSE = "request", "response"
@@ -71,8 +72,33 @@ class Message:
                 f"size={self.size}{state}>")
 
 
-def _decode_body(msg: Message, buf, pos: int, end: int, expand_records: RecordsExpander | None) -> None:
-    variant = message_variant(msg.api_key, msg.kind, msg.api_version)
+class _Layout:
+    """What (kind, API key, version) alone decides about a message."""
+
+    __slots__ = ("header_version", "header", "body", "problem", "header_values", "_skimmer")
+
+    def __init__(self, kind: str, key: int, version: int):
+        body = message_variant(key, kind, version)
+        flexible = body is not None and is_flexible(body, version)
+        self.header_version = _HEADER_VERSION[kind](key, version, flexible)
+        self.header = header_variant(kind, self.header_version)
+        self.problem = _version_problem(key, version, kind)  # why the body cannot be decoded at this version
+        self.body = body if self.problem is None else None
+        self.header_values = header_value_count(self.header, self.header_version)  # skim values from the header
+        self._skimmer: Skimmer | None = None
+
+    def skimmer(self, version: int) -> Skimmer:
+        """Header, then body unless there is a problem: generated on first use (the full decoder needs none)."""
+        if self._skimmer is None:
+            self._skimmer = skimmer(self.header, self.header_version, self.body, version)
+        return self._skimmer
+
+
+_layout = cache(_Layout)
+
+
+def _decode_body(msg: Message, buf, pos: int, end: int, variant: Variant,
+                 expand_records: RecordsExpander | None) -> None:
     body, err = decode_struct(variant, msg.api_version, buf, pos, end, "body", expand_records)
     msg.body = body
     if err is not None:
@@ -80,16 +106,6 @@ def _decode_body(msg: Message, buf, pos: int, end: int, expand_records: RecordsE
         return
     expand_embedded(msg, buf)
     _trailing(msg, buf, body.end, end)
-
-
-def _skim_body(msg: Message, buf, pos: int, end: int, expand_records: None) -> None:
-    variant = message_variant(msg.api_key, msg.kind, msg.api_version)
-    msg.skimmed = []
-    body_end, err = skim_struct(variant, msg.api_version, buf, pos, end, msg.skimmed)
-    if err is not None:
-        msg.malformed = Malformed(err.offset, err.reason)
-    else:
-        _trailing(msg, buf, body_end, end)
 
 
 def _trailing(msg: Message, buf, body_end: int, end: int) -> None:
@@ -110,13 +126,11 @@ def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
 def decode_request(buf, pos: int = 0, end: int | None = None,
                    expand_records: RecordsExpander | None = None, skim: bool = False) -> Message:
     end = len(buf) if end is None else min(end, len(buf))
-    try:
-        api_key, _ = read_int16(buf, pos, end)
-        api_version, _ = read_int16(buf, pos + 2, end)
-    except Exception:
+    if end - pos < 4:
         msg = Message(REQUEST, None, None, pos, end)
-        msg.malformed = Malformed(pos, f"request header needs 4 bytes, {end - pos} present")
+        msg.malformed = Malformed(pos, f"request header needs 4 bytes, {max(end - pos, 0)} present")
         return msg
+    api_key, api_version = _KEY_AND_VERSION(buf, pos)
     return _decode(Message(REQUEST, api_key, api_version, pos, end), buf, expand_records, skim)
 
 
@@ -127,6 +141,7 @@ def decode_response(buf, api_key: int, api_version: int, pos: int = 0, end: int 
 
 
 _HEADER_VERSION = {REQUEST: quirks.request_header_version, RESPONSE: quirks.response_header_version}
+_KEY_AND_VERSION = struct.Struct(">hh").unpack_from
 
 
 def _decode(msg: Message, buf, expand_records: RecordsExpander | None, skim: bool) -> Message:
@@ -135,28 +150,49 @@ def _decode(msg: Message, buf, expand_records: RecordsExpander | None, skim: boo
     With skim, no Field tree is built: the structure is checked all the same, and
     only the values a one-line summary needs are kept (see skim.py).
     """
-    key, version, kind = msg.api_key, msg.api_version, msg.kind
-    variant = message_variant(key, kind, version)
-    flexible = variant is not None and is_flexible(variant, version)
-    msg.header_version = _HEADER_VERSION[kind](key, version, flexible)
-    header_schema = header_variant(kind, msg.header_version)
+    layout = _layout(msg.kind, msg.api_key, msg.api_version)
+    msg.header_version = layout.header_version
     if skim:
-        found: list = []
-        header_end, err = skim_struct(header_schema, msg.header_version, buf, msg.offset, msg.end, found)
-        values = dict(found)
-    else:
-        header, err = decode_struct(header_schema, msg.header_version, buf, msg.offset, msg.end, "header")
-        msg.header, header_end = header, header.end
-        values = {c.name: c.value for c in header.children}
-    msg.correlation_id = values.get("CorrelationId")
-    msg.client_id = values.get("ClientId")
+        _skim(msg, buf, layout)
+        return msg
+    header, err = decode_struct(layout.header, layout.header_version, buf, msg.offset, msg.end, "header")
+    msg.header = header
+    for c in header.children:
+        if c.name == "CorrelationId":
+            msg.correlation_id = c.value
+        elif c.name == "ClientId":
+            msg.client_id = c.value
     if err is not None:
         msg.malformed = Malformed(err.offset, err.reason)
-    elif (problem := _version_problem(key, version, kind)) is not None:
-        msg.malformed = Malformed(msg.offset, problem)
+    elif layout.problem is not None:
+        msg.malformed = Malformed(msg.offset, layout.problem)
     else:
-        (_skim_body if skim else _decode_body)(msg, buf, header_end, msg.end, expand_records)
+        _decode_body(msg, buf, header.end, msg.end, layout.body, expand_records)
     return msg
+
+
+def _skim(msg: Message, buf, layout: _Layout) -> None:
+    found: list = []
+    try:
+        body_end = layout.skimmer(msg.api_version)(buf, msg.offset, msg.end, found)
+    except DecodeError as err:
+        msg.malformed = Malformed(err.offset, err.reason)
+        body_end = None
+    count = layout.header_values
+    for name, value in found[:count]:
+        if name == "CorrelationId":
+            msg.correlation_id = value
+        else:
+            msg.client_id = value
+    if len(found) < count:
+        return  # the header itself is cut or broken
+    if layout.problem is not None:
+        if body_end is not None:
+            msg.malformed = Malformed(msg.offset, layout.problem)
+        return
+    msg.skimmed = found[count:]
+    if body_end is not None:
+        _trailing(msg, buf, body_end, msg.end)
 
 
 def decode_response_for_request(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,
