@@ -23,7 +23,8 @@ json_key = cache(snake_case)  # field names come from the schemas: a bounded set
 
 def error_names(msg: Message) -> list[str]:
     """Names of the non-zero error codes in the body, each once."""
-    return list(dict.fromkeys(error_name(code) for code in error_codes(msg)))
+    codes = error_codes(msg)
+    return list(dict.fromkeys(error_name(code) for code in codes)) if codes else []
 
 
 def _malformed_json(m: Malformed, shift: int) -> dict:

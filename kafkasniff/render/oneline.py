@@ -20,14 +20,17 @@ def clock(ts: float) -> str:
     return f"{_second(micros // 1000000)}.{micros % 1000000:06d}"
 
 
+@lru_cache(maxsize=4096)
+def _connection_text(conn, arrow: str) -> str:
+    return f"#{conn.stream} {endpoint_text(conn.client)} {arrow} {endpoint_text(conn.server)}"
+
+
 def message_line(ev: MessageEvent) -> str:
     m = ev.message
-    conn = ev.conn
-    arrow = "→" if m.kind == "request" else "←"
-    api = f"{m.api_name} v{m.api_version}" if m.api_name else "?"
-    parts = [clock(ev.ts), f"#{conn.stream}", f"{endpoint_text(conn.client)} {arrow} {endpoint_text(conn.server)}",
-             api, m.kind, f"corr={m.correlation_id}"]
-    if m.kind == "request":
+    request = m.kind == "request"
+    parts = [clock(ev.ts), _connection_text(ev.conn, "→" if request else "←"),
+             f"{m.api_name} v{m.api_version}" if m.api_name else "?", m.kind, f"corr={m.correlation_id}"]
+    if request:
         parts.append(f"client={m.client_id!r}" if m.client_id is not None else "client=null")
         if not ev.expects_response:
             parts.append("(no response expected)")
@@ -53,12 +56,12 @@ def sasl_line(ev: SaslTokenEvent, show_secrets: bool) -> str:
     if ev.fields:
         shown = " " + " ".join(f"{f.name}={f.value if show_secrets or f.type != 'secret' else '********'}"
                                for f in ev.fields)
-    return (f"{clock(ev.ts)} #{conn.stream} {endpoint_text(conn.client)} {arrow} {endpoint_text(conn.server)} "
+    return (f"{clock(ev.ts)} {_connection_text(conn, arrow)} "
             f"SASL {ev.mechanism or ''} token {len(ev.token)}B{shown}")
 
 
 def notice_line(ev: NoticeEvent) -> str:
-    where = f" #{ev.conn.stream} {endpoint_text(ev.conn.client)} ↔ {endpoint_text(ev.conn.server)}" if ev.conn else ""
+    where = f" {_connection_text(ev.conn, '↔')}" if ev.conn else ""
     size = f" ({ev.size} bytes at stream offset {ev.stream_offset}, {ev.direction})" if ev.size else ""
     return f"{clock(ev.ts)}{where} ! {ev.text}{size}"
 

@@ -67,9 +67,26 @@ class Framer:
         self.last_ts = ts
         if not self.buf:
             self.first_ts = ts
-        self.buf += data
-        self._cut(ts)
+            if self.synced:
+                data = self._cut_whole(data, ts)
+        if data:
+            self.buf += data
+            self._cut(ts)
         return self._take()
+
+    def _cut_whole(self, data: bytes, ts: float) -> bytes:
+        """Frames that lie whole in data, cut without buffering (most segments hold whole frames);
+        returns the rest, for the buffer."""
+        n = len(data)
+        pos = 0
+        while n - pos >= 4:
+            size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+            if size < self.min_frame or size > self.max_frame or n - pos - 4 < size:
+                break
+            self.out.append(Frame(data[pos + 4:pos + 4 + size], self.buf_offset + pos, ts, ts))
+            pos += 4 + size
+        self.buf_offset += pos
+        return data[pos:] if pos else data
 
     def gap(self, size: int, ts: float, reason: str = "bytes missing from the capture") -> list:
         """Bytes of the stream that were never captured: whatever frame was open is lost."""

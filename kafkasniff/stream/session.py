@@ -210,7 +210,7 @@ class Session:
         for item in probed:
             if not isinstance(item, Frame) or self.probe_failed[side]:
                 continue
-            if decode_request(item.payload).complete:
+            if decode_request(item.payload, skim=True).complete:
                 self._set_roles(side)
                 self._replay(side)
                 return
@@ -243,7 +243,7 @@ class Session:
     def _request_plausible(self, buf, pos: int, end: int, complete: bool):
         verdict = request_header_plausible(buf, pos, end)
         if verdict and complete:
-            return decode_request(bytes(buf[pos:end])).complete
+            return decode_request(bytes(buf[pos:end]), skim=True).complete
         return verdict
 
     def _response_plausible(self, buf, pos: int, end: int, complete: bool):
@@ -255,7 +255,7 @@ class Session:
         if not complete:
             return True
         m = request.message
-        return decode_response_for_request(bytes(buf[pos:end]), m.api_key, m.api_version).complete
+        return decode_response_for_request(bytes(buf[pos:end]), m.api_key, m.api_version, skim=True).complete
 
     # -- frames -> events -----------------------------------------------------------------------
 
@@ -273,7 +273,7 @@ class Session:
     def _request(self, frame: Frame) -> None:
         if self.sasl_raw:
             if request_header_plausible(frame.payload, 0, len(frame.payload)) and \
-                    decode_request(frame.payload).complete:
+                    decode_request(frame.payload, skim=True).complete:
                 self._raw_sasl(False)
             else:
                 self.events.append(SaslTokenEvent(self.conn, CLIENT_TO_SERVER, frame, self.sasl_mechanism))
