@@ -142,6 +142,8 @@ class Session:
         self.probes: list[Framer | None] = [Framer(self._request_plausible, max_frame, from_start[s], requests=True)
                                                 for s in (0, 1)]
         self.probe_failed = [False, False]
+        # (stream offset, message) of the request that told the client: skimmed already, not skimmed again.
+        self.probed_request: tuple[int, Message] | None = None
         self.pending: dict[int, MessageEvent] = {}
         # Responses whose request has not been seen (yet): a request stuck behind a hole in the
         # client's stream is delivered after its response. Kafka clients number requests in
@@ -210,7 +212,9 @@ class Session:
         for item in probed:
             if not isinstance(item, Frame) or self.probe_failed[side]:
                 continue
-            if decode_request(item.payload, skim=True).complete:
+            msg = decode_request(item.payload, skim=True)
+            if msg.complete:
+                self.probed_request = (item.stream_offset, msg)
                 self._set_roles(side)
                 self._replay(side)
                 return
@@ -280,7 +284,12 @@ class Session:
                 return
         payload = frame.payload
         skim = self.skim and len(payload) >= 2 and _I16.unpack_from(payload, 0)[0] not in FULLY_DECODED
-        msg = decode_request(payload, 0, None, self.expand_records, skim)
+        probed = self.probed_request
+        if probed is not None and skim and probed[0] == frame.stream_offset:
+            msg = probed[1]
+            self.probed_request = None
+        else:
+            msg = decode_request(payload, 0, None, self.expand_records, skim)
         event = MessageEvent(self.conn, CLIENT_TO_SERVER, frame, msg)
         if msg.api_key is not None:
             event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.value("Acks"))
