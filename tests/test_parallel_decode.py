@@ -6,13 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from kafkasniff.cli import main
+from kafkasniff.commands import decode
 from kafkasniff.commands.parallel import WorkerFailed
-from kafkasniff.render.output import Output
+from kafkasniff.render.output import Output, OutputOptions
 from tests.capture_manifest import CAPTURES_DIR, capture_names
 
 ALL_CAPTURES = [str(CAPTURES_DIR / f"{name}.pcap") for name in capture_names()]
@@ -85,3 +87,13 @@ def test_stats_and_trees_stay_in_one_process():
     # They need every event object in one place; --jobs is accepted and does not change them.
     for view in (["--stats"], ["-V"], ["--hex", "--api", "ApiVersions"]):
         assert run(*view, "-j", "2", CONFLUENT) == run(*view, "-j", "1", CONFLUENT)
+
+
+@pytest.mark.parametrize("cores, size_mb, view, expected", [
+    (2, 60, "line", 3), (2, 60, "json", 2), (2, 60, "tree", 2), (2, 7, "line", 1), (1, 60, "line", 1),
+    (4, 60, "line", 4), (4, 60, "json", 4), (16, 60, "json", 4),
+])
+def test_default_workers(monkeypatch, cores, size_mb, view, expected):
+    monkeypatch.setattr(decode, "usable_cores", lambda: cores)
+    reader = SimpleNamespace(total_size=size_mb << 20)
+    assert decode.default_jobs(reader, OutputOptions(view=view)) == expected

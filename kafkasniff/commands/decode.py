@@ -104,15 +104,24 @@ def _segments(reader: CaptureReader, show_progress: bool) -> Iterator[TcpSegment
         yield from _with_progress(reader, reader.segments(), progress)
 
 
-def default_jobs(reader: CaptureReader) -> int:
+def default_jobs(reader: CaptureReader, options: OutputOptions) -> int:
     """Small captures decode in a moment in one process: only big ones are worth the workers' start."""
-    return min(usable_cores(), MAX_AUTO_JOBS) if reader.total_size >= PARALLEL_MIN_BYTES else 1
+    cores = usable_cores()
+    if reader.total_size < PARALLEL_MIN_BYTES or cores == 1:
+        return 1
+    if options.needs_fields:
+        return min(cores, MAX_AUTO_JOBS)  # the workers decode fields: they do the most, one per core
+    # One line per message leaves the workers little to do next to the main process's reading and
+    # reassembly, which keep most of a core busy: one worker more than cores keeps every core busy
+    # (on 2 cores, measured: 3 workers 1.6 s, 2 workers 1.75-1.8 s; see bench/README.md).
+    return min(cores + 1, MAX_AUTO_JOBS)
 
 
 @click.command("decode")
 @click.argument("captures", nargs=-1, required=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
-              help="Worker processes (default: one per core, up to 4, for captures of 8 MiB or more).")
+              help="Worker processes (default for captures of 8 MiB or more: one per core, "
+                   "one more for the one-line view, at most 4).")
 @output_options
 def decode_command(captures, ports, jobs, **view) -> None:
     """Decode every Kafka request and response in pcap/pcapng captures (gzip too)."""
@@ -126,7 +135,7 @@ def decode_command(captures, ports, jobs, **view) -> None:
             except CaptureError as e:
                 fail(str(e))
             with reader:
-                decode_file(reader, output, ports, jobs or default_jobs(reader))
+                decode_file(reader, output, ports, jobs or default_jobs(reader, output.options))
             for warning in reader.warnings:
                 click.echo(f"kafkasniff: warning: {warning}", err=True)
         output.finish()
