@@ -14,7 +14,10 @@ import struct
 
 import dpkt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from kafkasniff.capture import files
 from kafkasniff.capture.files import CaptureError, open_capture
 from kafkasniff.capture.packets import ACK, SYN, FrameParser
 from test_tcp_reassembly import (
@@ -355,6 +358,58 @@ def test_lying_ip_length_in_an_uncut_frame_invents_no_gap():
     frame = _ipv4_frame(tcp_payload=b"abc", total_len=20 + 20 + 500)
     segment = FrameParser().parse(frame, 1, 0.0, wire_len=len(frame))
     assert (bytes(segment.payload), segment.missing) == (b"abc", 0)
+
+
+LINK_TYPES = (0, 1, 12, 101, 108, 113, 228, 229, 276, 147)
+SKIP_REASONS = {"malformed", "not IP", "not TCP", "IP fragment", "link type 147"}
+
+
+def _check_parse(frame: bytes, linktype: int, wire_len: int | None) -> None:
+    """Whatever the bytes, the C parser answers a segment whose payload lies in the frame, or a reason."""
+    parser = FrameParser()
+    segment = parser.parse(frame, linktype, 1.25, wire_len)
+    if segment is None:
+        assert set(parser.skipped) <= SKIP_REASONS and sum(parser.skipped.values()) == 1
+        return
+    assert type(segment.payload) is bytes and segment.payload in frame
+    assert 0 <= segment.missing <= max(0, (wire_len or 0) - len(frame))
+    assert 0 <= segment.sport < 65536 and 0 <= segment.dport < 65536 and 0 <= segment.seq < 2**32
+    assert segment.ts == 1.25
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.binary(max_size=120), st.sampled_from(LINK_TYPES), st.one_of(st.none(), st.integers(0, 200)))
+def test_parser_never_fails_on_random_bytes(frame, linktype, wire_len):
+    _check_parse(frame, linktype, wire_len)
+
+
+_REAL_FRAMES = [frame for _ts, frame in exchange_frames()][:6]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(_REAL_FRAMES), st.lists(st.tuples(st.integers(0, 80), st.integers(0, 255)), max_size=4),
+       st.integers(0, 90), st.sampled_from(LINK_TYPES[:9]))
+def test_parser_never_fails_on_mutated_or_cut_real_frames(frame, changes, cut, linktype):
+    mutated = bytearray(frame)
+    for at, value in changes:
+        if at < len(mutated):
+            mutated[at] = value
+    _check_parse(bytes(mutated[: len(mutated) - cut]), linktype, len(frame))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 66, 4096])
+def test_records_are_the_same_whatever_the_read_size(monkeypatch, tmp_path, chunk):
+    """The record loop scans what each read brings: records cut across reads come out whole."""
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(EXCHANGE_PCAP.read_bytes()[:-30])
+    with open_capture(cut) as reader:
+        whole_frames, whole_warnings = list(reader.frames()), reader.warnings
+    monkeypatch.setattr(files, "_SCAN_CHUNK", chunk)
+    assert segments_of(EXCHANGE_PCAP) == REFERENCE
+    with open_capture(cut) as reader:
+        assert list(reader.frames()) == whole_frames and len(whole_frames) == 19
+        assert reader.warnings == whole_warnings and len(whole_warnings) == 1
+        assert reader.frames_read == 19
 
 
 # ---------------------------------------------------------------- files that cannot be read (fully)

@@ -23,6 +23,7 @@ from struct import Struct
 import dpkt
 from dpkt import pcap, pcapng
 
+from kafkasniff.capture import _headers
 from kafkasniff.capture.packets import FrameParser, TcpSegment
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -31,6 +32,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 MAX_RECORD_BYTES = 16 << 20
 _LINKTYPE_MASK = 0x03FFFFFF  # the bits above carry FCS information
 _READ_BUFFER = 1 << 20
+_SCAN_CHUNK = 1 << 20  # bytes read per pass of the C record loop
 
 # magic (read big-endian) -> byte order, timestamp fraction units per second, record header size
 _PCAP_VARIANTS = {
@@ -105,23 +107,22 @@ class CaptureReader:
 
     def frames(self) -> Iterator[tuple[float, int, bytes, int]]:
         """Yield (timestamp, link type, frame bytes, original length) for each record."""
-        records = self._pcapng_records() if self.format == "pcapng" else self._pcap_records()
+        return self._records(parse=False)
+
+    def segments(self) -> Iterator[TcpSegment]:
+        """Yield the TCP segment of each record that holds one; others are counted in `skipped`."""
+        return self._records(parse=True)
+
+    def _records(self, parse: bool) -> Iterator:
+        batches = self._pcapng_batches(parse) if self.format == "pcapng" else self._pcap_batches(parse)
         try:
-            for record in records:
-                self.frames_read += 1
-                yield record
+            for items, records in batches:
+                self.frames_read += records
+                yield from items
         except EOFError:  # gzip member cut short
             self._warn(f"compressed data ends early after {self.frames_read} records (file truncated?)")
         except (OSError, zlib.error) as error:
             self._warn(f"unreadable data after {self.frames_read} records: {error}")
-
-    def segments(self) -> Iterator[TcpSegment]:
-        """Yield the TCP segment of each record that holds one; others are counted in `skipped`."""
-        parse = self._parser.parse
-        for ts, linktype, frame, wire_len in self.frames():
-            segment = parse(frame, linktype, ts, wire_len)
-            if segment is not None:
-                yield segment
 
     def _read_pcap_header(self):
         header = self._stream.read(20)
@@ -131,30 +132,45 @@ class CaptureReader:
         file_header = (pcap.LEFileHdr if byte_order == "<" else pcap.FileHdr)(self._magic + header)
         return file_header.linktype & _LINKTYPE_MASK, byte_order, units, record_header_len
 
-    def _pcap_records(self):
+    def _pcap_batches(self, parse: bool):
+        """(items, records read) for the whole records of each chunk read: the record loop and the
+        header parsing run in C. read1 hands over every byte decompressed before damage in a gzip file."""
         linktype, byte_order, units, record_header_len = self._pcap_layout
-        unpack_record_header = Struct(byte_order + "IIII").unpack_from
-        read = self._stream.read
-        offset = 24
+        read = self._stream.read1
+        skipped = self._parser.skipped
+        buf = bytearray()
+        offset = 24  # of buf[0] in the (uncompressed) file
         while True:
-            record_header = read(record_header_len)
-            if len(record_header) < record_header_len:
-                if record_header:
-                    self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
+            chunk = read(_SCAN_CHUNK)
+            if not chunk:
                 break
-            seconds, fraction, caplen, wire_len = unpack_record_header(record_header)
-            if caplen > MAX_RECORD_BYTES:
-                self._warn(f"record at byte {offset} claims {caplen} bytes: file corrupt from here")
-                break
-            frame = read(caplen)
-            if len(frame) < caplen:
-                self._warn(
-                    f"capture ends inside the record at byte {offset} "
-                    f"({len(frame)} of {caplen} bytes; file truncated?)"
-                )
-                break
-            offset += record_header_len + caplen
-            yield seconds + fraction / units, linktype, frame, wire_len
+            buf += chunk
+            items, records, pos, bad_caplen = _headers.scan_pcap(
+                buf, byte_order == ">", record_header_len, units, linktype, MAX_RECORD_BYTES, skipped, parse)
+            yield items, records
+            if bad_caplen is not None:
+                self._warn(f"record at byte {offset + pos} claims {bad_caplen} bytes: file corrupt from here")
+                return
+            del buf[:pos]
+            offset += pos
+        if len(buf) >= record_header_len:
+            caplen = int.from_bytes(buf[8:12], "big" if byte_order == ">" else "little")
+            self._warn(
+                f"capture ends inside the record at byte {offset} "
+                f"({len(buf) - record_header_len} of {caplen} bytes; file truncated?)"
+            )
+        elif buf:
+            self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
+
+    def _pcapng_batches(self, parse: bool):
+        parse_frame = self._parser.parse
+        for record in self._pcapng_records():
+            if not parse:
+                yield (record,), 1
+            else:
+                ts, linktype, frame, wire_len = record
+                segment = parse_frame(frame, linktype, ts, wire_len)
+                yield (segment,) if segment is not None else (), 1
 
     def _pcapng_records(self):
         read = self._stream.read

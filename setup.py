@@ -1,0 +1,5 @@
+"""The C part of kafkasniff; everything else is declared in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("kafkasniff.capture._headers", ["kafkasniff/capture/_headers.c"])])
