@@ -12,7 +12,8 @@ import pytest
 from kafkasniff.capture.files import open_capture
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.entities import error_codes
-from kafkasniff.protocol.messages import decode_request, decode_response, decode_response_for_request
+from kafkasniff.protocol.messages import _layout, decode_request, decode_response, decode_response_for_request
+from kafkasniff.protocol.skim import REFUSED
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 from tests.capture_manifest import CAPTURES_DIR, capture_names
@@ -61,6 +62,12 @@ def assert_skim_agrees(data: bytes, request) -> None:
     assert [e for e in skim.skimmed or () if e[0] != "Acks"] == _errors(full)
 
 
+def skim_end(data: bytes, full) -> int:
+    """Where the C interpreter's walk ends on a frame the full decoder read whole (REFUSED if it refused)."""
+    program = _layout(full.kind, full.api_key, full.api_version).skim_program(full.api_version)
+    return program.run(data, 0, len(data), [])
+
+
 def test_the_captures_hold_many_shapes():
     assert len(FRAMES) > 150
     assert len({(request or (None,))[0] for _, request in FRAMES}) > 20
@@ -72,6 +79,7 @@ def test_skim_agrees_on_real_frames_whole_cut_and_mutated(index):
     assert_skim_agrees(payload, request)
     full, _ = _decode_both(payload, request)
     assert full.complete
+    assert skim_end(payload, full) == len(payload)  # read in C, not refused and left to the full decoder
     for cut in range(len(payload) if len(payload) < 400 else 0, 0, -1):
         assert_skim_agrees(payload[:cut], request)
     rng = random.Random(index)

@@ -17,7 +17,7 @@ from kafkasniff.protocol import quirks
 from kafkasniff.protocol.embedded import expand_embedded
 from kafkasniff.protocol.fields import DecodeError, Field, Malformed
 from kafkasniff.protocol.interpreter import RecordsExpander, decode_struct
-from kafkasniff.protocol.skim import Skimmer, header_value_count, skimmer
+from kafkasniff.protocol.skim import REFUSED, SkimProgram, header_value_count, kept_values, skim_program
 from kafkasniff.protocol.schema import (Variant, api_name, apis, header_variant, is_flexible, message_variant,
                                         version_range)
 
@@ -75,7 +75,7 @@ class Message:
 class _Layout:
     """What (kind, API key, version) alone decides about a message."""
 
-    __slots__ = ("header_version", "header", "body", "problem", "header_values", "_skimmer")
+    __slots__ = ("header_version", "header", "body", "problem", "header_values", "_skim_program")
 
     def __init__(self, kind: str, key: int, version: int):
         body = message_variant(key, kind, version)
@@ -85,13 +85,13 @@ class _Layout:
         self.problem = _version_problem(key, version, kind)  # why the body cannot be decoded at this version
         self.body = body if self.problem is None else None
         self.header_values = header_value_count(self.header, self.header_version)  # skim values from the header
-        self._skimmer: Skimmer | None = None
+        self._skim_program: SkimProgram | None = None
 
-    def skimmer(self, version: int) -> Skimmer:
-        """Header, then body unless there is a problem: generated on first use (the full decoder needs none)."""
-        if self._skimmer is None:
-            self._skimmer = skimmer(self.header, self.header_version, self.body, version)
-        return self._skimmer
+    def skim_program(self, version: int) -> SkimProgram:
+        """Header, then body unless there is a problem: assembled on first use (the full decoder needs none)."""
+        if self._skim_program is None:
+            self._skim_program = skim_program(self.header, self.header_version, self.body, version)
+        return self._skim_program
 
 
 _layout = cache(_Layout)
@@ -154,7 +154,12 @@ def _decode(msg: Message, buf, expand_records: RecordsExpander | None, skim: boo
     msg.header_version = layout.header_version
     if skim:
         _skim(msg, buf, layout)
-        return msg
+    else:
+        _decode_fields(msg, buf, layout, expand_records)
+    return msg
+
+
+def _decode_fields(msg: Message, buf, layout: _Layout, expand_records: RecordsExpander | None) -> None:
     header, err = decode_struct(layout.header, layout.header_version, buf, msg.offset, msg.end, "header")
     msg.header = header
     for c in header.children:
@@ -168,31 +173,33 @@ def _decode(msg: Message, buf, expand_records: RecordsExpander | None, skim: boo
         msg.malformed = Malformed(msg.offset, layout.problem)
     else:
         _decode_body(msg, buf, header.end, msg.end, layout.body, expand_records)
-    return msg
 
 
 def _skim(msg: Message, buf, layout: _Layout) -> None:
     found: list = []
-    try:
-        body_end = layout.skimmer(msg.api_version)(buf, msg.offset, msg.end, found)
-    except DecodeError as err:
-        msg.malformed = Malformed(err.offset, err.reason)
-        body_end = None
+    body_end = layout.skim_program(msg.api_version).run(buf, msg.offset, msg.end, found)
+    if body_end == REFUSED:
+        _skim_by_decoding(msg, buf, layout)
+        return
     count = layout.header_values
     for name, value in found[:count]:
         if name == "CorrelationId":
             msg.correlation_id = value
         else:
             msg.client_id = value
-    if len(found) < count:
-        return  # the header itself is cut or broken
     if layout.problem is not None:
-        if body_end is not None:
-            msg.malformed = Malformed(msg.offset, layout.problem)
+        msg.malformed = Malformed(msg.offset, layout.problem)
         return
     msg.skimmed = found[count:]
-    if body_end is not None:
-        _trailing(msg, buf, body_end, msg.end)
+    _trailing(msg, buf, body_end, msg.end)
+
+
+def _skim_by_decoding(msg: Message, buf, layout: _Layout) -> None:
+    """The skim refused the bytes: the full decoder says where and why, and gives the values a skim keeps."""
+    _decode_fields(msg, buf, layout, None)
+    if msg.body is not None:
+        msg.skimmed = kept_values(msg.body)
+    msg.header = msg.body = None
 
 
 def decode_response_for_request(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,

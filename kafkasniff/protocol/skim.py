@@ -2,37 +2,30 @@
 
 The same schema walk as the full decoder (interpreter.Compiler), with builders
 that make no Field objects. They build a small tree of nodes, and each (schema,
-version) tree is turned into the Python source of one straight-line function,
-compiled once: the one-line view skims every message, and a call per field is
-most of what skimming would cost otherwise.
+version) tree is assembled into a program for the skim interpreter in C
+(`_skim.c`): the one-line view skims every message, and in Python the call per
+field was most of what skimming cost.
 
-The generated code moves the position, checks every length against the bytes
-present exactly as the full decoder does (same offsets, same reasons), and
-appends `(name, value)` for the wanted fields only: non-zero error codes, the
-header's correlation id and client id, and Produce's acks. Runs of
-fixed-width fields share one bounds check.
+The interpreter moves the position, checks every length against the bytes
+present as the full decoder does, and appends `(name, value)` for the wanted
+fields only: non-zero error codes, the header's correlation id and client id,
+and Produce's acks. Runs of fixed-width fields share one bounds check. Where the
+bytes are wrong it stops without saying why: the full decoder then says where
+and why (messages.py), so a malformed frame reads alike in every view.
 """
 
 from __future__ import annotations
 
-import struct
-from typing import Callable
+from array import array
+from typing import NamedTuple
 
-from kafkasniff.protocol import primitives as p
-from kafkasniff.protocol.fields import DecodeError
-from kafkasniff.protocol.interpreter import FIXED_READERS, is_error_code_field, struct_decoder, tagged_entries
+from kafkasniff.protocol import _skim
+from kafkasniff.protocol.interpreter import FIXED_READERS, is_error_code_field, struct_decoder
 from kafkasniff.protocol.schema import Variant, in_range
 
 _FIXED_SIZES = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
                 "float64": 8, "uuid": 16}
-_UNPACKERS = {type_: struct.Struct(fmt).unpack_from
-              for type_, fmt in (("int8", ">b"), ("int16", ">h"), ("uint16", ">H"), ("int32", ">i"),
-                                 ("uint32", ">I"), ("int64", ">q"), ("float64", ">d"))}
 SKIP, ERROR_CODE, WANTED_VALUE, BOOL = "skip", "error code", "wanted", "bool"
-# Python allows 20 nested blocks in a function; deeper parts of a schema get functions of their own.
-_MAX_INLINE_DEPTH = 14
-
-Skimmer = Callable[[object, int, int, list], int]
 
 
 # -- nodes the builders make -------------------------------------------------------------------
@@ -139,211 +132,85 @@ HEADER_VALUES = SkimOps(frozenset({"CorrelationId", "ClientId"}))
 BODY_VALUES = SkimOps(frozenset({"Acks"}))  # Produce's: whether a response will come
 
 
-# -- helpers the generated code calls -----------------------------------------------------------
+# -- programs for the interpreter in _skim.c ------------------------------------------------------
 
-def _run_error(buf, pos: int, end: int, out: list, parts) -> None:
-    """A run does not fit: replay it field by field, as the full decoder reads it, up to the failure."""
-    for type_, size, name, role in parts:
-        if pos + size > end:
-            if type_ == "bool":
-                raise DecodeError(pos, "bool needs 1 byte, 0 left")
-            raise DecodeError(pos, f"{type_} needs {size} bytes, {max(end - pos, 0)} left")
-        _act(buf, pos, out, type_, name, role)
-        pos += size
+OP_RUN, OP_STRING, OP_BYTES, OP_ARRAY, OP_ARRAY_SKIP, OP_NULLABLE, OP_TAGGED = range(1, 8)
+_KINDS = {type_: kind for kind, type_ in enumerate(
+    ("bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "uuid"))}
+_ROLES = {SKIP: 0, ERROR_CODE: 1, WANTED_VALUE: 2, BOOL: 3}
+REFUSED = -1
 
 
-def _act(buf, pos: int, out: list, type_: str, name: str, role: str) -> None:
-    if role == BOOL and buf[pos] > 1:
-        raise DecodeError(pos, f"bool byte is {buf[pos]}, not 0 or 1")
-    if role == ERROR_CODE or role == WANTED_VALUE:
-        v = FIXED_READERS[type_](buf, pos, pos + _FIXED_SIZES[type_])[0]
-        if v or role == WANTED_VALUE:
-            out.append((name, v))
+class SkimProgram(NamedTuple):
+    ops: array
+    names: tuple[str, ...]
+
+    def run(self, buf, pos: int, end: int, out: list) -> int:
+        """The position after the walk, or REFUSED where the bytes are not what the schema says."""
+        return _skim.run(self.ops, self.names, buf, pos, end, out)
 
 
-def _length(buf, pos: int, end: int, compact: bool, kind: str) -> tuple[int, int]:
-    if compact:
-        if pos < end and buf[pos] < 0x80:
-            n, new = buf[pos] - 1, pos + 1
-        else:
-            n, new = p.read_unsigned_varint(buf, pos, end)
-            n -= 1
-    else:
-        width = 2 if kind == "string" else 4
-        if pos + width > end:
-            raise DecodeError(pos, f"{'int16' if width == 2 else 'int32'} needs {width} bytes, {max(end - pos, 0)} left")
-        n, new = (_UNPACKERS["int16"] if width == 2 else _UNPACKERS["int32"])(buf, pos)[0], pos + width
-    if n < -1:
-        raise DecodeError(pos, f"{kind} length {n} is negative")
-    if n > end - new:
-        raise DecodeError(pos, f"{kind} length {n} exceeds the {end - new} bytes left")
-    return n, new
-
-
-def _skip_string(buf, pos: int, end: int, compact: bool) -> int:
-    n, new = _length(buf, pos, end, compact, "string")
-    if n <= 0:
-        return new
-    try:
-        str(buf[new:new + n], "utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError(new, "string is not valid UTF-8") from None
-    return new + n
-
-
-def _skip_bytes(buf, pos: int, end: int, compact: bool) -> int:
-    n, new = _length(buf, pos, end, compact, "bytes")
-    return new + n if n > 0 else new
-
-
-def _array_length(buf, pos: int, end: int, compact: bool, name: str) -> tuple[int, int]:
-    """(element count, position after it); -1 for a null array."""
-    if compact:
-        n, new = p.read_unsigned_varint(buf, pos, end)
-        n -= 1
-    else:
-        n, new = p.read_int32(buf, pos, end)
-    if n < -1:
-        raise DecodeError(pos, f"{name}: array length {n} is not allowed here")
-    if n > end - new:
-        raise DecodeError(pos, f"{name}: array count {n} exceeds the {end - new} bytes left")
-    return n, new
-
-
-def _tagged(buf, pos: int, end: int, known: dict, out: list) -> int:
-    stop = p.read_unsigned_varint(buf, pos, end)[1]  # where an all-empty section would end
-    for _, _, stop in tagged_entries(buf, pos, end, known, out):
-        pass
-    return stop
-
-
-# -- source generation -------------------------------------------------------------------------
-
-class _Generator:
+class _Assembler:
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.names: dict[str, object] = {
-            "DecodeError": DecodeError, "_run_error": _run_error, "_skip_string": _skip_string,
-            "_skip_bytes": _skip_bytes, "_read_string": p.read_string, "_array_length": _array_length,
-            "_tagged": _tagged, **{f"_unpack_{t}": u for t, u in _UNPACKERS.items()},
-        }
+        self.names: dict[str, int] = {}
 
-    def constant(self, value) -> str:
-        name = f"_c{len(self.names)}"
-        self.names[name] = value
-        return name
+    def name(self, text: str) -> int:
+        return self.names.setdefault(text, len(self.names))
 
-    def function(self, node) -> Skimmer:
-        outer, self.lines = self.lines, []
-        self.emit(node, 1)
-        source = "def skim(buf, pos, end, out):\n" + "".join(self.lines) + "    return pos\n"
-        self.lines = outer
-        namespace = dict(self.names)
-        exec(compile(source, "<kafkasniff skim>", "exec"), namespace)
-        return namespace["skim"]
-
-    def line(self, depth: int, text: str) -> None:
-        self.lines.append("    " * depth + text + "\n")
-
-    def emit(self, node, depth: int) -> None:
-        if depth > _MAX_INLINE_DEPTH:
-            self.line(depth, f"pos = {self.constant(self.function(node))}(buf, pos, end, out)")
-            return
+    def ops(self, node) -> list[int]:
         kind = type(node)
         if kind is Sequence:
-            for item in node.items:
-                self.emit(item, depth)
-            if not node.items:
-                self.line(depth, "pass")
-        elif kind is Run:
-            self.run(node, depth)
-        elif kind is Text:
-            self.text(node, depth)
-        elif kind is Array:
-            self.array(node, depth)
-        elif kind is NullableStruct:
-            self.line(depth, "if pos >= end:")
-            self.line(depth + 1, "raise DecodeError(pos, 'int8 needs 1 bytes, 0 left')")
-            self.line(depth, "pos += 1")
-            self.line(depth, "if buf[pos - 1] < 0x80:")  # the presence marker: -1 is null
-            self.line(depth + 1, "pass")
-            self.emit(node.body, depth + 1)
-        elif kind is Tagged:
-            known = {tag: (name, self.function(op)) for tag, (name, op) in node.known.items()}
-            self.line(depth, "if pos < end and not buf[pos]:")  # no tagged fields: by far the most common case
-            self.line(depth + 1, "pos += 1")
-            self.line(depth, "else:")
-            self.line(depth + 1, f"pos = _tagged(buf, pos, end, {self.constant(known)}, out)")
-        else:
-            raise TypeError(f"no skim code for {node!r}")
-
-    def run(self, node: Run, depth: int) -> None:
-        size = node.size
-        self.line(depth, f"if pos + {size} > end:")
-        self.line(depth + 1, f"_run_error(buf, pos, end, out, {self.constant(node.parts)})")
-        at = 0
-        for type_, part_size, name, role in node.parts:
-            where = f"pos + {at}" if at else "pos"
-            if role == BOOL:
-                self.line(depth, f"if buf[{where}] > 1:")
-                self.line(depth + 1, f"raise DecodeError({where}, f'bool byte is {{buf[{where}]}}, not 0 or 1')")
-            elif role == ERROR_CODE:
-                self.line(depth, f"v = _unpack_{type_}(buf, {where})[0]")
-                self.line(depth, "if v:")
-                self.line(depth + 1, f"out.append(({name!r}, v))")
-            elif role == WANTED_VALUE:
-                self.line(depth, f"out.append(({name!r}, _unpack_{type_}(buf, {where})[0]))")
-            at += part_size
-        self.line(depth, f"pos += {size}")
-
-    def text(self, node: Text, depth: int) -> None:
-        if node.keep:
-            self.line(depth, f"v, pos = _read_string(buf, pos, end, {node.compact}, True)")
-            self.line(depth, f"out.append(({node.name!r}, v))")
-        else:
-            self.line(depth, f"pos = _skip_{node.kind}(buf, pos, end, {node.compact})")
-
-    def array(self, node: Array, depth: int) -> None:
-        elem = node.elem
-        if node.compact:  # a one-byte count: nearly every array
-            self.line(depth, "if pos < end and buf[pos] < 0x80:")
-            self.line(depth + 1, "n = buf[pos] - 1")
-            self.line(depth + 1, "pos += 1")
-            self.line(depth + 1, "if n > end - pos:")
-            self.line(depth + 2, "n, pos = _array_length(buf, pos - 1, end, True, "
-                                 f"{node.name!r})")  # raises, with the full decoder's words
-            self.line(depth, "else:")
-            self.line(depth + 1, f"n, pos = _array_length(buf, pos, end, True, {node.name!r})")
-        else:
-            self.line(depth, f"n, pos = _array_length(buf, pos, end, False, {node.name!r})")
-        if type(elem) is Run and elem.skips_only:
-            size = elem.size
-            self.line(depth, f"if n > 0 and pos + n * {size} > end:")
-            self.line(depth + 1, f"_run_error(buf, pos + (end - pos) // {size} * {size}, end, out, "
-                                 f"{self.constant(elem.parts)})")
-            self.line(depth, f"if n > 0:")
-            self.line(depth + 1, f"pos += n * {size}")
-            return
-        self.line(depth, "for _ in range(n):")  # a null array (-1) has no elements
-        self.emit(elem, depth + 1)
+            return [op for item in node.items for op in self.ops(item)]
+        if kind is Run:
+            code = [OP_RUN, node.size, len(node.parts)]
+            for type_, _, name, role in node.parts:
+                code += (_KINDS[type_], _ROLES[role], self.name(name))
+            return code
+        if kind is Text:
+            if node.kind == "string":
+                return [OP_STRING, node.compact, self.name(node.name) if node.keep else -1]
+            return [OP_BYTES, node.compact]
+        if kind is Array:
+            if type(node.elem) is Run and node.elem.skips_only:
+                return [OP_ARRAY_SKIP, node.compact, node.elem.size]
+            body = self.ops(node.elem)
+            return [OP_ARRAY, node.compact, len(body), *body]
+        if kind is NullableStruct:
+            body = self.ops(node.body)
+            return [OP_NULLABLE, len(body), *body]
+        if kind is Tagged:
+            entries = []
+            for tag, (_, op) in node.known.items():
+                body = self.ops(op)
+                entries += (tag, len(body), *body)
+            return [OP_TAGGED, len(node.known), len(entries), *entries]
+        raise TypeError(f"no skim op for {node!r}")
 
 
-_SKIMMERS: dict[tuple, Skimmer] = {}
+_PROGRAMS: dict[tuple, SkimProgram] = {}
 
 
-def skimmer(header: Variant, header_version: int, body: Variant | None, body_version: int) -> Skimmer:
-    """One function that skims a header and then (unless body is None) the body after it.
+def skim_program(header: Variant, header_version: int, body: Variant | None, body_version: int) -> SkimProgram:
+    """One program that skims a header and then (unless body is None) the body after it.
 
     It appends the header's correlation id and client id first (as far as the header goes), then the
     body's wanted values."""
     key = (header.name, header.versions, header_version, body and body.name, body and body.versions, body_version)
-    found = _SKIMMERS.get(key)
+    found = _PROGRAMS.get(key)
     if found is None:
         parts = [struct_decoder(header, header_version, None, HEADER_VALUES)]
         if body is not None:
             parts.append(struct_decoder(body, body_version, None, BODY_VALUES))
-        found = _SKIMMERS[key] = _Generator().function(SkimOps.sequence(parts))
+        assembler = _Assembler()
+        ops = array("i", assembler.ops(SkimOps.sequence(parts)))
+        found = _PROGRAMS[key] = SkimProgram(ops, tuple(assembler.names))
     return found
+
+
+def kept_values(body) -> list[tuple[str, object]]:
+    """The values a skim keeps, taken from a decoded body (Field tree) instead, in wire order."""
+    return [(f.name, f.value) for _, f in body.walk()
+            if (f.value and is_error_code_field(f.name, f.type)) or f.name in BODY_VALUES.wanted]
 
 
 def header_value_count(header: Variant, version: int) -> int:
