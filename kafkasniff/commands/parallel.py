@@ -17,7 +17,6 @@ worker, and a slow worker holds up the others instead of letting them run ahead.
 from __future__ import annotations
 
 import contextlib
-import io
 import multiprocessing
 import os
 import pickle
@@ -31,7 +30,6 @@ from typing import Iterable
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.render.output import Output
 from kafkasniff.stream.analyzer import Analyzer
-from kafkasniff.stream import tcp
 from kafkasniff.stream.tcp import StreamData, TcpReassembler
 
 BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pipes cheap per event
@@ -40,24 +38,6 @@ END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
 # The parent feeds every worker: when cores are short, it must not wait for them.
 WORKER_NICENESS = 10
-
-
-def _as_tuple(event: tuple):
-    # Rebuilt by tuple.__new__ (C) instead of the named tuple's __new__ (Python): a third of a worker's
-    # unpickling time.
-    return tuple.__new__, (type(event), tuple(event))
-
-
-_EVENT_TYPES = (tcp.Endpoint, tcp.Connection, tcp.ConnectionOpened, tcp.StreamData, tcp.Gap, tcp.StreamEnd)
-_TCP_EVENTS_AS_TUPLES = {cls: _as_tuple for cls in _EVENT_TYPES}
-
-
-def _pickle_events(batch) -> bytes:
-    buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = _TCP_EVENTS_AS_TUPLES
-    pickler.dump(batch)
-    return buf.getvalue()
 
 
 class WorkerFailed(RuntimeError):
@@ -87,15 +67,22 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
     for conn in parent_ends:  # copied by fork
         conn.close()
     analyzer: Analyzer = make_analyzer()
+    stream_data = analyzer.stream_data
     render = output.render
     try:
         watermark = None
         while watermark != END:
             watermark, events = pickle.loads(inbox.recv_bytes())
             items = []
-            for number, tcp_event in events:
+            for item in events:
+                if len(item) == 5:  # stream data, sent plain (see _share_out)
+                    number, stream, direction, data, ts = item
+                    decoded = stream_data(stream, direction, data, ts)
+                else:
+                    number, tcp_event = item
+                    decoded = analyzer.handle((tcp_event,))
                 rank = 0
-                for ev in analyzer.handle((tcp_event,)):
+                for ev in decoded:
                     rendered = render(ev)
                     if rendered is not None:
                         items.append((number, rank, *rendered))
@@ -190,7 +177,7 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
 
     def send(watermark: int) -> None:
         for w, batch in zip(workers, batches):
-            w.inbox.send_bytes(_pickle_events((watermark, batch)))
+            w.inbox.send_bytes(pickle.dumps((watermark, batch), pickle.HIGHEST_PROTOCOL))
             batch.clear()
 
     try:
@@ -200,10 +187,14 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
             if not events:
                 continue
             for ev in events:
-                batches[ev.conn.stream % count].append((number, ev))
-                number += 1
+                stream = ev.conn.stream
                 if type(ev) is StreamData:
+                    # The bulk of the events, sent as a plain tuple: pickled in C, no class to rebuild.
+                    batches[stream % count].append((number, stream, ev.direction, ev.data, ev.ts))
                     pending_bytes += len(ev.data)
+                else:
+                    batches[stream % count].append((number, ev))
+                number += 1
             pending += len(events)
             if pending >= BATCH_EVENTS or pending_bytes >= BATCH_BYTES:
                 if merger.error is not None:

@@ -51,15 +51,18 @@ class Analyzer:
             return 1
         return None
 
+    def stream_data(self, stream: int, direction: int, data: bytes, ts: float) -> list:
+        """One StreamData event's content: bytes of a connection in stream order."""
+        session = self.sessions.get(stream)
+        return session.data(direction, data, ts) if session is not None else []
+
     def handle(self, tcp_events: list) -> list:
         """Reassembled TCP events (from this analyzer's reassembler, or another's) in, Kafka events out."""
         out = []
         for ev in tcp_events:
             kind = type(ev)
             if kind is tcp.StreamData:
-                session = self.sessions.get(ev.conn.stream)
-                if session is not None:
-                    out += session.data(ev.direction, ev.data, ev.ts)
+                out += self.stream_data(ev.conn.stream, ev.direction, ev.data, ev.ts)
             elif kind is tcp.ConnectionOpened:
                 from_start = ev.client_guess is not None
                 self.sessions[ev.conn.stream] = Session(
