@@ -23,7 +23,8 @@ import pickle
 import signal
 import threading
 import traceback
-from collections import deque
+from bisect import bisect_right
+from operator import itemgetter
 from multiprocessing.connection import Connection, wait
 from typing import Iterable
 
@@ -36,6 +37,7 @@ BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pip
 BATCH_BYTES = 4 << 20  # ... and stream bytes per batch, so batches of big segments stay small in memory
 END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
+_NUMBER, _ORDER = itemgetter(0), itemgetter(0, 1)  # of a rendered item: (number, rank, line, mentions)
 # The parent feeds every worker: when cores are short, it must not wait for them.
 WORKER_NICENESS = 10
 
@@ -99,7 +101,7 @@ class _Merger:
     def __init__(self, output: Output, workers: list[_Worker]):
         self.output = output
         self.results = [w.results for w in workers]
-        self.queues = [deque() for _ in workers]
+        self.queues: list[list] = [[] for _ in workers]  # (number, rank, line, mentions), in order
         self.watermarks = [-1] * len(workers)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="kafkasniff-merge", daemon=True)
@@ -127,22 +129,18 @@ class _Merger:
                 conn.close()
 
     def _deliver_ready(self) -> None:
-        queues, watermarks = self.queues, self.watermarks
+        """Deliver, in order, the items numbered up to the lowest watermark: no worker can still precede them
+        (a worker's next items come from batches after its watermark)."""
+        limit = min(self.watermarks)
         ready = []
-        while True:
-            first = None
-            for q in queues:
-                if q and (first is None or q[0] < first[0]):
-                    first = q
-            if first is None:
-                break
-            number = first[0][0]
-            if any(not q and watermark < number for q, watermark in zip(queues, watermarks)):
-                break  # that worker may still produce something earlier
-            _, _, line, mentions = first.popleft()
-            ready.append((line, mentions))
+        for q in self.queues:
+            cut = bisect_right(q, limit, key=_NUMBER)
+            if cut:
+                ready += q[:cut]
+                del q[:cut]
         if ready:
-            self.output.deliver(ready)
+            ready.sort(key=_ORDER)
+            self.output.deliver([(line, mentions) for _, _, line, mentions in ready])
 
 
 def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: int) -> None:

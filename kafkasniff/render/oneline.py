@@ -25,28 +25,33 @@ def _connection_text(conn, arrow: str) -> str:
     return f"#{conn.stream} {endpoint_text(conn.client)} {arrow} {endpoint_text(conn.server)}"
 
 
+@lru_cache(maxsize=1024)
+def _api_text(api_name: str | None, api_version: int | None, kind: str) -> str:
+    return f"{api_name} v{api_version} {kind}" if api_name else f"? {kind}"
+
+
 def message_line(ev: MessageEvent) -> str:
     m = ev.message
     request = m.kind == "request"
-    parts = [clock(ev.ts), _connection_text(ev.conn, "→" if request else "←"),
-             f"{m.api_name} v{m.api_version}" if m.api_name else "?", m.kind, f"corr={m.correlation_id}"]
+    line = (f"{clock(ev.ts)} {_connection_text(ev.conn, '→' if request else '←')} "
+            f"{_api_text(m.api_name, m.api_version, m.kind)} corr={m.correlation_id}")
     if request:
-        parts.append(f"client={m.client_id!r}" if m.client_id is not None else "client=null")
+        line += f" client={m.client_id!r}" if m.client_id is not None else " client=null"
         if not ev.expects_response:
-            parts.append("(no response expected)")
-    parts.append(f"{m.size}B")
+            line += " (no response expected)"
+    line += f" {m.end - m.offset}B"
     if ev.latency_ms is not None:
-        parts.append(f"{ev.latency_ms:.3f}ms")
+        line += f" {ev.latency_ms:.3f}ms"
     if ev.inferred:
-        parts.append("(request not captured: inferred)")
+        line += " (request not captured: inferred)"
     errors = error_names(m)
     if errors:
-        parts.append("errors=" + ",".join(errors))
+        line += " errors=" + ",".join(errors)
     if m.malformed:
-        parts.append(f"MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}")
+        line += f" MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}"
     elif m.trailing:
-        parts.append(f"+{m.trailing.length} trailing bytes")
-    return " ".join(parts)
+        line += f" +{m.trailing.length} trailing bytes"
+    return line
 
 
 def sasl_line(ev: SaslTokenEvent, show_secrets: bool) -> str:
