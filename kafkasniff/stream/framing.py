@@ -10,6 +10,7 @@ accepts a frame, and reports how many bytes it skipped to get there.
 from __future__ import annotations
 
 import re
+import struct
 from functools import cache
 from typing import Callable, NamedTuple
 
@@ -36,6 +37,11 @@ class Skipped(NamedTuple):
     size: int
     reason: str
     ts: float             # time of the latest bytes seen when the skip was decided
+
+
+# Built by tuple.__new__ (C) on the per-frame paths: a named tuple's own __new__ is a Python call.
+_new_tuple = tuple.__new__
+_SIZE = struct.Struct(">i").unpack_from
 
 
 def _size_at(buf: bytearray, pos: int) -> int:
@@ -79,11 +85,12 @@ class Framer:
         returns the rest, for the buffer."""
         n = len(data)
         pos = 0
+        out, base, min_frame, max_frame = self.out, self.buf_offset, self.min_frame, self.max_frame
         while n - pos >= 4:
-            size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
-            if size < self.min_frame or size > self.max_frame or n - pos - 4 < size:
+            size = _SIZE(data, pos)[0]
+            if size < min_frame or size > max_frame or n - pos - 4 < size:
                 break
-            self.out.append(Frame(data[pos + 4:pos + 4 + size], self.buf_offset + pos, ts, ts))
+            out.append(_new_tuple(Frame, (data[pos + 4:pos + 4 + size], base + pos, ts, ts)))
             pos += 4 + size
         self.buf_offset += pos
         return data[pos:] if pos else data

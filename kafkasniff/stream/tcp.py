@@ -82,6 +82,8 @@ class StreamEnd(NamedTuple):
 Event = ConnectionOpened | StreamData | Gap | StreamEnd
 
 _piece_start = itemgetter(0)
+# StreamData of in-order segments is built by tuple.__new__ (C): a named tuple's own __new__ is a Python call.
+_new_tuple = tuple.__new__
 
 
 class _HalfStream:
@@ -247,7 +249,7 @@ class TcpReassembler:
             return
         if data_end > nxt:
             data = payload[nxt - offset :] if offset < nxt else payload
-            events.append(StreamData(conn, direction, nxt, bytes(data), ts))
+            events.append(_new_tuple(StreamData, (conn, direction, nxt, bytes(data), ts)))
             nxt = data_end
         if end > nxt:
             events.append(Gap(conn, direction, nxt, end - nxt, ts))
