@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 import sys
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.console import Console
-from rich.table import Table
 
 from kafkasniff.protocol.schema import apis, version_range
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def make_console(stderr: bool = False) -> Console:
     """Rich console; when output goes to a file or pipe, wide enough not to fold lines."""
+    from rich.console import Console  # here, not at start-up: decode's one-line view needs no rich
+
     stream = sys.stderr if stderr else sys.stdout
     return Console(file=stream, width=None if stream.isatty() else 200)
 
@@ -42,6 +47,8 @@ def apis_command(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(listing, indent=1))
         return
+    from rich.table import Table
+
     table = Table(title=f"{len(listing)} Kafka APIs", header_style="bold")
     for col in ("key", "name", "request versions", "response versions"):
         table.add_column(col)

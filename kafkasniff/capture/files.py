@@ -5,10 +5,11 @@ at all raises CaptureError; damage further in (a cut-off last record, a corrupt 
 the iteration after every complete record has been delivered and leaves a message in
 `CaptureReader.warnings`.
 
-dpkt supplies the magic numbers and parses the rare blocks (file header, pcapng interface
-descriptions). Per-record headers are unpacked with struct: dpkt's Reader yields neither the
+pcap records are scanned in C (`_headers.c`), a chunk at a time. dpkt parses pcapng's rare
+blocks (interface descriptions); its Reader is not used for records: it yields neither the
 original length (needed to see snaplen cuts) nor, for pcapng, the interface of a packet, and
-it applies the first interface's link type to every packet.
+it applies the first interface's link type to every packet. dpkt is imported for pcapng only:
+importing it takes 60-70 ms, and start-up delays every decode.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ import os
 import zlib
 from collections.abc import Iterator
 from struct import Struct
-
-import dpkt
-from dpkt import pcap, pcapng
 
 from kafkasniff.capture import _headers
 from kafkasniff.capture.packets import FrameParser, TcpSegment
@@ -34,20 +32,18 @@ _LINKTYPE_MASK = 0x03FFFFFF  # the bits above carry FCS information
 _READ_BUFFER = 1 << 20
 _SCAN_CHUNK = 1 << 20  # bytes read per pass of the C record loop
 
-# magic (read big-endian) -> byte order, timestamp fraction units per second, record header size
+# magic (read big-endian) -> byte order, timestamp fraction units per second, record header size:
+# microsecond, nanosecond and Kuznetzov's modified pcap, each written big- or little-endian
 _PCAP_VARIANTS = {
-    pcap.TCPDUMP_MAGIC: (">", 1e6, 16),
-    pcap.TCPDUMP_MAGIC_NANO: (">", 1e9, 16),
-    pcap.MODPCAP_MAGIC: (">", 1e6, 24),
-    pcap.PMUDPCT_MAGIC: ("<", 1e6, 16),
-    pcap.PMUDPCT_MAGIC_NANO: ("<", 1e9, 16),
-    pcap.PACPDOM_MAGIC: ("<", 1e6, 24),
+    0xA1B2C3D4: (">", 1e6, 16),
+    0xA1B23C4D: (">", 1e9, 16),
+    0xA1B2CD34: (">", 1e6, 24),
+    0xD4C3B2A1: ("<", 1e6, 16),
+    0x4D3CB2A1: ("<", 1e9, 16),
+    0x34CDB2A1: ("<", 1e6, 24),
 }
-_PCAPNG_MAGIC = pcapng.PCAPNG_BT_SHB.to_bytes(4, "big")
-_PCAPNG_BYTE_ORDER = {
-    pcapng.BYTE_ORDER_MAGIC.to_bytes(4, "big"): ">",
-    pcapng.BYTE_ORDER_MAGIC.to_bytes(4, "little"): "<",
-}
+_PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"  # the section header block's type
+_PCAPNG_BYTE_ORDER = {b"\x1a\x2b\x3c\x4d": ">", b"\x4d\x3c\x2b\x1a": "<"}
 
 
 class CaptureError(Exception):
@@ -129,8 +125,9 @@ class CaptureReader:
         if len(header) < 20:
             raise CaptureError(f"{self.path}: pcap file header cut short; the file is truncated")
         byte_order, units, record_header_len = _PCAP_VARIANTS[int.from_bytes(self._magic, "big")]
-        file_header = (pcap.LEFileHdr if byte_order == "<" else pcap.FileHdr)(self._magic + header)
-        return file_header.linktype & _LINKTYPE_MASK, byte_order, units, record_header_len
+        # after the magic: version (2 + 2), time zone, timestamp accuracy, snaplen, link type (4 each)
+        linktype = int.from_bytes(header[16:20], "big" if byte_order == ">" else "little")
+        return linktype & _LINKTYPE_MASK, byte_order, units, record_header_len
 
     def _pcap_batches(self, parse: bool):
         """(items, records read) for the whole records of each chunk read: the record loop and the
@@ -173,6 +170,8 @@ class CaptureReader:
                 yield (segment,) if segment is not None else (), 1
 
     def _pcapng_records(self):
+        from dpkt import pcapng
+
         read = self._stream.read
         interfaces: list[tuple[int, float, int] | None] = []  # (link type, units/s, offset s)
         byte_order = "<"
@@ -235,6 +234,9 @@ class CaptureReader:
             yield ts_offset + ((ts_high << 32) | ts_low) / units, linktype, frame, wire_len
 
     def _interface(self, byte_order, block, offset):
+        import dpkt
+        from dpkt import pcapng
+
         block_class = (
             pcapng.InterfaceDescriptionBlockLE if byte_order == "<" else pcapng.InterfaceDescriptionBlock
         )

@@ -16,11 +16,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from dpkt.tcp import TH_ACK, TH_FIN, TH_RST, TH_SYN
-
 from kafkasniff.capture import _headers
 
-FIN, SYN, RST, ACK = TH_FIN, TH_SYN, TH_RST, TH_ACK
+FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10  # TCP header flags
 
 
 class TcpSegment(NamedTuple):

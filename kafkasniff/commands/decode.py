@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.commands.parallel import decode_parallel, usable_cores
-from kafkasniff.protocol.records import decode_records
+from kafkasniff.protocol.interpreter import RecordsExpander
 from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+# Modules that only some views need (rich, records and their codecs) are imported when used:
+# start-up runs before any work is shared out, so every import there delays the whole decode.
 
 # Smaller captures decode in a moment: a bar would only flicker.
 PROGRESS_MIN_BYTES = 8 << 20
@@ -78,10 +82,17 @@ def _with_progress(reader: CaptureReader, segments: Iterable[TcpSegment], progre
     progress.update(task, completed=reader.total_size)
 
 
+def records_expander(options: OutputOptions) -> RecordsExpander | None:
+    if not options.needs_records:
+        return None
+    from kafkasniff.protocol.records import decode_records
+
+    return decode_records
+
+
 def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1) -> None:
     def make_analyzer() -> Analyzer:
-        return Analyzer(decode_records if output.options.needs_records else None, ports,
-                        skim=not output.options.needs_fields)
+        return Analyzer(records_expander(output.options), ports, skim=not output.options.needs_fields)
 
     show_progress = wants_progress(sys.stderr, reader.total_size)
     if jobs > 1 and output.renders_apart:
@@ -96,6 +107,9 @@ def _segments(reader: CaptureReader, show_progress: bool) -> Iterator[TcpSegment
     if not show_progress:
         yield from reader.segments()
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
     # On one terminal, stdout goes through the bar (redirect) so lines print above it.
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                         console=Console(file=sys.stderr), transient=True, redirect_stdout=sys.stdout.isatty(),

@@ -6,16 +6,18 @@ import signal
 import sys
 import time
 
-import click
-from dpkt import pcap
+from typing import TYPE_CHECKING
 
-from kafkasniff.capture.live import SNAPLEN, LiveCapture, LiveCaptureError, interfaces, port_filter
+import click
+
 from kafkasniff.capture.packets import FrameParser
-from kafkasniff.commands.decode import make_options, output_options
-from kafkasniff.protocol.records import decode_records
+from kafkasniff.commands.decode import make_options, output_options, records_expander
 from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
+
+if TYPE_CHECKING:
+    from kafkasniff.capture.live import LiveCapture
 
 DEFAULT_PORT = 9092
 
@@ -41,6 +43,7 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
     --any-port or --filter. Stops on Ctrl-C, SIGTERM, -c or --duration, then
     prints what it saw to standard error. Needs root or CAP_NET_RAW.
     """
+    from kafkasniff.capture.live import LiveCapture, LiveCaptureError, port_filter
     from kafkasniff.cli import fail
 
     if list_interfaces:
@@ -74,10 +77,13 @@ class LiveSession:
     def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None):
         self.capture = capture
         self.output = Output(options)
-        self.analyzer = Analyzer(decode_records if options.needs_records else None, ports,
-                                 skim=not options.needs_fields)
+        self.analyzer = Analyzer(records_expander(options), ports, skim=not options.needs_fields)
         self.parser = FrameParser()
         self.pcap_file = pcap_file
+        from dpkt import pcap
+
+        from kafkasniff.capture.live import SNAPLEN
+
         # nanosecond precision: dpkt's microsecond rounding can yield a fraction of 1,000,000
         self.pcap = pcap.Writer(pcap_file, snaplen=SNAPLEN, linktype=capture.file_linktype,
                                 nano=True) if pcap_file else None
@@ -151,6 +157,8 @@ class LiveSession:
 
 
 def _print_interfaces() -> None:
+    from kafkasniff.capture.live import interfaces
+
     for iface in interfaces():
         flags = ("up" if iface.up else "down") + (", loopback" if iface.loopback else "")
         click.echo(f"{iface.name}\t{flags}\t{' '.join(iface.addresses)}".rstrip())

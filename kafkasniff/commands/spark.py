@@ -10,7 +10,6 @@ import os
 from contextlib import contextmanager
 
 import click
-from rich.table import Table as RichTable
 
 from kafkasniff.pipeline.sparkenv import DEFAULT_MASTER
 
@@ -91,6 +90,8 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
         click.echo(f"kafkasniff: warning: {line}", err=True)
     if len(warnings) > _WARNINGS_SHOWN:
         click.echo(f"kafkasniff: ... and {len(warnings) - _WARNINGS_SHOWN} more warnings", err=True)
+    from rich.table import Table as RichTable
+
     table = RichTable(title=f"Tables written to {out}", header_style="bold")
     for column in ("files", "MB", "packets", "connections", "messages", "records", "seconds", "MB/s"):
         table.add_column(column, justify="right")
@@ -138,7 +139,9 @@ _TITLES = {
 }
 
 
-def _rich_table(name: str, rows: list[dict]) -> RichTable:
+def _rich_table(name: str, rows: list[dict]):
+    from rich.table import Table as RichTable
+
     table = RichTable(title=_TITLES[name], header_style="bold", title_justify="left")
     if not rows:
         table.add_column("(none)")

@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+# Types of the fields that hold records decompressed from a batch or a legacy wrapper message: their
+# offsets count within the decompressed bytes, not the frame.
+DECOMPRESSED_RECORDS = "[]DecompressedRecord"
+DECOMPRESSED_MESSAGES = "[]DecompressedMessage"
+
 
 class Field:
     """One decoded wire item.

@@ -26,13 +26,11 @@ from kafkasniff.protocol.compression import (
     MiB, DecompressedTooLarge, DecompressionFailed, codec_name, decompress)
 from kafkasniff.protocol.embedded import decode_embedded
 from kafkasniff.protocol.encoder import encode_struct
-from kafkasniff.protocol.fields import DecodeError, Field, Malformed
+from kafkasniff.protocol.fields import DECOMPRESSED_MESSAGES, DECOMPRESSED_RECORDS, DecodeError, Field, Malformed
 from kafkasniff.protocol.primitives import read_bytes, read_varint, read_varint_bytes, read_varlong
 from kafkasniff.protocol.schema import data_variant
 
 DEFAULT_MAX_DECOMPRESSED = 64 * MiB
-DECOMPRESSED_RECORDS = "[]DecompressedRecord"
-DECOMPRESSED_MESSAGES = "[]DecompressedMessage"
 DECOMPRESSED_NOTE = "offsets within decompressed bytes"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CONTROL_TYPE_NAMES = {0: "ABORT", 1: "COMMIT"}

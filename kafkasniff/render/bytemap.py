@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator, NamedTuple
 
-from kafkasniff.protocol.fields import Field
-from kafkasniff.protocol.records import DECOMPRESSED_MESSAGES, DECOMPRESSED_RECORDS
+from kafkasniff.protocol.fields import DECOMPRESSED_MESSAGES, DECOMPRESSED_RECORDS, Field
 from kafkasniff.render.values import show_value
 
 # Containers whose children are decoded from other bytes (decompressed records):

@@ -16,12 +16,12 @@ from kafkasniff.protocol.entities import entity_paths, topic_bearing_prefixes
 from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.interpreter import TAGGED_FIELDS
 from kafkasniff.protocol.messages import Message
-from kafkasniff.protocol.records import records_of
 from kafkasniff.render.jsonview import error_names, event_json
 from kafkasniff.render.oneline import event_line
-from kafkasniff.render.stats import Stats, print_stats
-from kafkasniff.render.tree import TreeView
 from kafkasniff.stream.session import MessageEvent
+
+# The tree view, statistics and records (rich, the codecs) are imported by the views that use them:
+# the one-line view starts without them.
 
 NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 # Stands for the topics list in JSON rendered by a parallel worker; a topic cannot be named so (NUL).
@@ -155,6 +155,8 @@ def _members(struct: Field):
 
 def _record_count(records: Field) -> int:
     """Data records decoded from a records field (control records are markers, not data)."""
+    from kafkasniff.protocol.records import records_of
+
     return sum(len(records_of(item)) for item in records.children or ()
                if item.type in ("RecordBatch", "Message") and not item.value["is_control"])
 
@@ -165,9 +167,15 @@ class Output:
         self._out = out  # None: whatever sys.stdout is at the time (a progress bar may redirect it)
         self.shown = 0
         self.topic_names = TopicNames()
-        self.stats = Stats() if options.stats else None
+        self.stats = None
+        if options.stats:
+            from kafkasniff.render.stats import Stats
+
+            self.stats = Stats()
         self.tree = None
         if options.view == "tree" and options.prints_events:
+            from kafkasniff.render.tree import TreeView
+
             self.tree = TreeView(out, hex_=options.hex, show_secrets=options.show_secrets,
                                  full=options.full_values)
 
@@ -280,6 +288,8 @@ class Output:
             if self.options.view == "json":
                 self.out.write(orjson.dumps(self.stats.to_json()).decode() + "\n")
             else:
+                from kafkasniff.render.stats import print_stats
+
                 print_stats(self.stats, self.out)
         self.out.flush()
 
