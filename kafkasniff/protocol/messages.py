@@ -17,6 +17,7 @@ from kafkasniff.protocol import quirks
 from kafkasniff.protocol.embedded import expand_embedded
 from kafkasniff.protocol.fields import DecodeError, Field, Malformed
 from kafkasniff.protocol.interpreter import RecordsExpander, decode_struct
+from kafkasniff.protocol._skim import run as run_skim
 from kafkasniff.protocol.skim import REFUSED, SkimProgram, header_value_count, kept_values, skim_program
 from kafkasniff.protocol.schema import (Variant, api_name, apis, header_variant, is_flexible, message_variant,
                                         version_range)
@@ -59,7 +60,10 @@ class Message:
         if self.body is not None:
             f = self.body.child(name)
             return f.value if f is not None else None
-        return next((v for n, v in self.skimmed or () if n == name), None)
+        for skimmed_name, v in self.skimmed or ():
+            if skimmed_name == name:
+                return v
+        return None
 
     def fields(self) -> Iterator[Field]:
         for f in (self.header, self.body, self.trailing):
@@ -177,7 +181,8 @@ def _decode_fields(msg: Message, buf, layout: _Layout, expand_records: RecordsEx
 
 def _skim(msg: Message, buf, layout: _Layout) -> None:
     found: list = []
-    body_end = layout.skim_program(msg.api_version).run(buf, msg.offset, msg.end, found)
+    program = layout.skim_program(msg.api_version)
+    body_end = run_skim(program.ops, program.names, buf, msg.offset, msg.end, found)
     if body_end == REFUSED:
         _skim_by_decoding(msg, buf, layout)
         return

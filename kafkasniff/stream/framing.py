@@ -51,6 +51,10 @@ def _size_at(buf: bytearray, pos: int) -> int:
 class Framer:
     """Frames for one direction of one connection."""
 
+    # Four framers a connection (two probing before the client is known): slots make them cheap to set up.
+    __slots__ = ("plausible", "candidates", "max_frame", "synced", "min_frame", "buf", "buf_offset", "first_ts",
+                 "last_ts", "skip_start", "skip_reason", "out")
+
     def __init__(self, plausible: Plausible, max_frame: int = DEFAULT_MAX_FRAME, synced: bool = True,
                  requests: bool = False):
         self.plausible = plausible

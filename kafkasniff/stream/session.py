@@ -124,6 +124,10 @@ def is_tls_record(buf) -> bool:
 class Session:
     """Decode one connection. Sides are 0 and 1 (the caller's numbering)."""
 
+    __slots__ = ("stream", "endpoints", "from_start", "expand_records", "max_frame", "skim", "conn", "client_side",
+                 "framers", "held", "held_bytes", "probes", "probe_failed", "probed_request", "pending", "orphans",
+                 "sasl_raw", "sasl_mechanism", "ignored", "events")
+
     def __init__(self, stream: int, endpoints: tuple[Endpoint, Endpoint], *, client_side: int | None = None,
                  from_start: tuple[bool, bool] = (False, False), expand_records: RecordsExpander | None = None,
                  max_frame: int = DEFAULT_MAX_FRAME, skim: bool = False):
