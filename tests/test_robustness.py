@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkasniff.protocol.encoder import encode_request, encode_response
-from kafkasniff.protocol.messages import decode_request, decode_response
+from kafkasniff.protocol.messages import all_versions, decode_request, decode_response
 from kafkasniff.protocol.records import decode_records
 
 REAL_FRAMES = [
@@ -90,3 +90,21 @@ def test_skim_and_full_decode_agree(i, draw):
         if full.body is not None and not full.malformed:
             errors = [(f.name, f.value) for _, f in full.body.walk() if f.note and f.type == "int16" and f.value]
             assert [e for e in skim.skimmed if e[0] != "Acks"] == errors
+
+
+_LAYOUTS = [(kind, key, version) for kind in ("request", "response") for key, version in all_versions(kind)]
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_LAYOUTS), st.binary(max_size=200))
+def test_skim_of_random_bytes_at_every_layout(layout, body):
+    """The skim's C walk, on whatever bytes, stops where the full decoder does, at every API version."""
+    kind, key, version = layout
+    if kind == "request":
+        data = key.to_bytes(2, "big") + version.to_bytes(2, "big") + body
+        full, skim = decode_request(data), decode_request(data, skim=True)
+    else:
+        full, skim = decode_response(body, key, version), decode_response(body, key, version, skim=True)
+    assert skim.malformed == full.malformed
+    assert (skim.trailing and skim.trailing.offset) == (full.trailing and full.trailing.offset)
+    assert (skim.correlation_id, skim.client_id) == (full.correlation_id, full.client_id)
