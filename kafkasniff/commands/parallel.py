@@ -185,13 +185,14 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
             if not events:
                 continue
             for ev in events:
-                stream = ev.conn.stream
                 if type(ev) is StreamData:
                     # The bulk of the events, sent as a plain tuple: pickled in C, no class to rebuild.
-                    batches[stream % count].append((number, stream, ev.direction, ev.data, ev.ts))
-                    pending_bytes += len(ev.data)
+                    conn, direction, _, data, ts = ev
+                    stream = conn.stream
+                    batches[stream % count].append((number, stream, direction, data, ts))
+                    pending_bytes += len(data)
                 else:
-                    batches[stream % count].append((number, ev))
+                    batches[ev.conn.stream % count].append((number, ev))
                 number += 1
             pending += len(events)
             if pending >= BATCH_EVENTS or pending_bytes >= BATCH_BYTES:

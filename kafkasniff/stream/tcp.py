@@ -146,9 +146,9 @@ class TcpReassembler:
 
     def feed(self, seg: TcpSegment) -> list[Event]:
         events: list[Event] = []
-        self._now = ts = seg.ts
-        key = (seg.src, seg.sport, seg.dst, seg.dport)
-        flags = seg.flags
+        ts, src, sport, dst, dport, seq, _, flags, payload, missing = seg
+        self._now = ts
+        key = (src, sport, dst, dport)
         opening = flags & SYN and not flags & ACK
         entry = self._table.get(key)
         if entry is None:
@@ -158,9 +158,9 @@ class TcpReassembler:
             entry = self._open(key, seg, events)
         state, direction = entry
         state.last_seen = ts
-        half = state.halves[direction]
+        halves = state.halves
+        half = halves[direction]
 
-        seq = seg.seq
         if flags & SYN:
             seq = (seq + 1) % _SEQ_MOD
             if half.base is None:
@@ -168,15 +168,14 @@ class TcpReassembler:
             elif opening and half.syn_seq != seg.seq:
                 self._finish(state, END_PORT_REUSED, events)
                 state, direction = self._open(key, seg, events)
-                half = state.halves[direction]
+                halves = state.halves
+                half = halves[direction]
                 half.base, half.syn_seq = seq, seg.seq
 
         if flags & RST:  # any payload of a reset is a diagnostic, not stream data
             self._finish(state, END_RST, events)
             return events
-        payload = seg.payload
         size = len(payload)
-        missing = seg.missing
         if size or missing or flags & FIN:
             if half.base is None:  # a bare ACK would not tell where the stream starts
                 half.base = seq
@@ -186,10 +185,11 @@ class TcpReassembler:
                 half.fin = offset + size + missing
             if not half.ended:
                 self._accept(state.conn, direction, half, offset, payload, missing, ts, events)
-                self._end_direction_at_fin(state, direction, half, events)
-        if state.halves[0].pending or state.halves[1].pending:
+                if half.fin is not None:
+                    self._end_direction_at_fin(state, direction, half, events)
+        if halves[0].pending or halves[1].pending:
             self._enforce_bounds(state, events)
-            if state.halves[0].pending or state.halves[1].pending:
+            if halves[0].pending or halves[1].pending:
                 self._waiting[state] = None
         if ts >= self._next_sweep:
             self._sweep(events)
