@@ -348,6 +348,22 @@ def test_parser_reads_ip_options_and_ignores_ethernet_padding():
     assert bytes(padded.payload) == b"" and padded.missing == 0
 
 
+def test_parser_names_every_address_right_among_many():
+    """Address texts are remembered in a fixed-size table: thousands of hosts, v4 and v6, still come out right."""
+    import ipaddress
+
+    parser = FrameParser()
+    base = _ipv4_frame()
+    for n in range(3000):
+        src, dst = n.to_bytes(4, "big"), (n * 7919 % 2**32).to_bytes(4, "big")
+        frame = base[:26] + src + dst + base[34:]
+        segment = parser.parse(frame, 1, 0.0)
+        assert (segment.src, segment.dst) == (str(ipaddress.IPv4Address(src)), str(ipaddress.IPv4Address(dst)))
+        v6 = ipaddress.IPv6Address(b"\xfd" + bytes(11) + src)
+        frame6 = b"\x60" + bytes(3) + struct.pack("!HBB", 24, 6, 64) + v6.packed + v6.packed + base[34:]
+        assert parser.parse(frame6, 229, 0.0).src == str(v6)
+
+
 def test_parser_takes_the_frame_length_when_the_ip_length_is_zero():
     """Segmentation offload: captured before the NIC splits it, with IP total length 0."""
     segment = FrameParser().parse(_ipv4_frame(tcp_payload=b"x" * 3000, total_len=0), 1, 0.0)

@@ -39,7 +39,8 @@ static PyTypeObject *segment_type;  /* packets.TcpSegment, handed over by use_se
 static PyObject *reason_text[SKIP_LINKTYPE];
 
 typedef struct {
-    char src[INET6_ADDRSTRLEN], dst[INET6_ADDRSTRLEN];
+    const uint8_t *src, *dst;  /* the raw addresses in the frame */
+    int address_len;           /* 4 or 16 */
     uint16_t sport, dport;
     uint32_t seq, ack;
     uint8_t flags;
@@ -96,9 +97,9 @@ static int ipv4(const uint8_t *f, Py_ssize_t n, Py_ssize_t off, Py_ssize_t cut, 
         return SKIP_FRAGMENT;
     /* TSO-captured packets carry total length 0: the frame length is all there is. */
     Py_ssize_t end = total_len ? off + total_len : n - (cut < 0 ? cut : 0);
-    const uint8_t *a = f + off + 12;
-    snprintf(t->src, sizeof t->src, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
-    snprintf(t->dst, sizeof t->dst, "%u.%u.%u.%u", a[4], a[5], a[6], a[7]);
+    t->src = f + off + 12;
+    t->dst = f + off + 16;
+    t->address_len = 4;
     return tcp_header(f, n, off + header_len, end, cut, t);
 }
 
@@ -108,8 +109,9 @@ static int ipv6(const uint8_t *f, Py_ssize_t n, Py_ssize_t off, Py_ssize_t cut, 
     unsigned payload_len = be16(f + off + 4);
     Py_ssize_t end = payload_len ? off + 40 + payload_len : n - (cut < 0 ? cut : 0);
     unsigned next_header = f[off + 6];
-    inet_ntop(AF_INET6, f + off + 8, t->src, sizeof t->src);
-    inet_ntop(AF_INET6, f + off + 24, t->dst, sizeof t->dst);
+    t->src = f + off + 8;
+    t->dst = f + off + 24;
+    t->address_len = 16;
     Py_ssize_t pos = off + 40;
     while (next_header != IPPROTO_TCP_) {
         Py_ssize_t header_len;
@@ -196,13 +198,43 @@ static int parse(const uint8_t *f, Py_ssize_t n, long linktype, Py_ssize_t wire_
     return SKIP_NOT_IP;
 }
 
+/* Address texts, remembered: hosts talk to few peers, and formatting one costs more than the rest
+   of a segment. Direct-mapped by a hash of the address bytes. */
+#define ADDRESS_CACHE_SIZE 512
+static struct {
+    int len;
+    uint8_t bytes[16];
+    PyObject *text;
+} address_cache[ADDRESS_CACHE_SIZE];
+
+static PyObject *address_text(const uint8_t *raw, int len) {
+    uint32_t hash = 2166136261u;
+    for (int i = 0; i < len; i++)
+        hash = (hash ^ raw[i]) * 16777619u;
+    __typeof__(address_cache[0]) *entry = &address_cache[hash % ADDRESS_CACHE_SIZE];
+    if (entry->text != NULL && entry->len == len && memcmp(entry->bytes, raw, len) == 0)
+        return Py_NewRef(entry->text);
+    char text[INET6_ADDRSTRLEN];
+    if (len == 4)
+        snprintf(text, sizeof text, "%u.%u.%u.%u", raw[0], raw[1], raw[2], raw[3]);
+    else
+        inet_ntop(AF_INET6, raw, text, sizeof text);
+    PyObject *obj = PyUnicode_FromString(text);
+    if (obj == NULL)
+        return NULL;
+    Py_XSETREF(entry->text, Py_NewRef(obj));
+    entry->len = len;
+    memcpy(entry->bytes, raw, len);
+    return obj;
+}
+
 static PyObject *make_segment(const uint8_t *f, double ts, const tcp_fields *t) {
     PyObject *seg = segment_type->tp_alloc(segment_type, 10);
     if (seg == NULL)
         return NULL;
     PyObject *items[10] = {
-        PyFloat_FromDouble(ts), PyUnicode_FromString(t->src), PyLong_FromLong(t->sport),
-        PyUnicode_FromString(t->dst), PyLong_FromLong(t->dport), PyLong_FromUnsignedLong(t->seq),
+        PyFloat_FromDouble(ts), address_text(t->src, t->address_len), PyLong_FromLong(t->sport),
+        address_text(t->dst, t->address_len), PyLong_FromLong(t->dport), PyLong_FromUnsignedLong(t->seq),
         PyLong_FromUnsignedLong(t->ack), PyLong_FromLong(t->flags),
         PyBytes_FromStringAndSize((const char *)f + t->start, t->end - t->start),
         PyLong_FromSsize_t(t->missing),
