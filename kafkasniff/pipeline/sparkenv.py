@@ -131,8 +131,7 @@ def start_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
         shutil.rmtree(log_dir, ignore_errors=True)
         raise SparkUnavailable(f"Spark did not start ({error.__class__.__name__}: {str(error)[:300]})"
                                + "".join(f"\n  {line}" for line in tail)) from None
-    if not local:
-        session.sparkContext.addPyFile(_package_zip(log_dir))
+    # A cluster's executors import kafkasniff as installed there: its C modules cannot load from a zip.
     return session, log_dir
 
 
@@ -148,9 +147,3 @@ def _stderr_to(path: Path):
         os.dup2(saved, 2)
         os.close(saved)
 
-
-def _package_zip(directory: Path) -> str:
-    """kafkasniff as a zip for the executors of a cluster (its dependencies must be installed there)."""
-    package = Path(__file__).resolve().parent.parent
-    return shutil.make_archive(str(directory / "kafkasniff"), "zip", root_dir=package.parent,
-                               base_dir=package.name)
