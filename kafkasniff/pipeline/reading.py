@@ -51,4 +51,4 @@ def _keyed_segments(reader: CaptureReader, name: str) -> Iterator[tuple[SegmentK
     for index, seg in enumerate(reader.segments()):
         if first_ts is None:
             first_ts = seg.ts
-        yield (connection_key(seg), first_ts, name, index), seg._replace(payload=bytes(seg.payload))
+        yield (connection_key(seg), first_ts, name, index), seg

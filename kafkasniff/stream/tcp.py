@@ -96,7 +96,7 @@ class _HalfStream:
         self.base: int | None = None  # sequence number of stream offset 0
         self.syn_seq: int | None = None
         self.next = 0  # offset of the next byte to deliver
-        self.pending: list[tuple[int, int, bytes | memoryview | None, float]] = []
+        self.pending: list[tuple[int, int, bytes | None, float]] = []
         self.pending_bytes = 0
         self.hole_since = 0.0
         self.fin: int | None = None  # offset the FIN occupies
@@ -241,15 +241,15 @@ class TcpReassembler:
         if half.pending or offset > nxt:
             if not half.pending:
                 half.hole_since = ts
-            if data_end > offset:  # a copy, so a trimmed piece does not pin its whole frame
-                self._insert(half, offset, data_end, bytes(payload), ts)
+            if data_end > offset:
+                self._insert(half, offset, data_end, payload, ts)
             if missing:
                 self._insert(half, data_end, end, None, ts)
             self._release(conn, direction, half, ts, events)
             return
         if data_end > nxt:
             data = payload[nxt - offset :] if offset < nxt else payload
-            events.append(_new_tuple(StreamData, (conn, direction, nxt, bytes(data), ts)))
+            events.append(_new_tuple(StreamData, (conn, direction, nxt, data, ts)))
             nxt = data_end
         if end > nxt:
             events.append(Gap(conn, direction, nxt, end - nxt, ts))
@@ -301,7 +301,7 @@ class TcpReassembler:
                 events.append(Gap(conn, direction, nxt, end - nxt, ts))
             else:
                 half.pending_bytes -= end - start
-                events.append(StreamData(conn, direction, nxt, bytes(data[nxt - start :]), piece_ts))
+                events.append(StreamData(conn, direction, nxt, data[nxt - start :], piece_ts))
             nxt = end
         if released:
             del pending[:released]
