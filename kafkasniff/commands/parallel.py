@@ -31,6 +31,7 @@ from typing import Iterable
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.render.output import Output
 from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream import tcp
 from kafkasniff.stream.tcp import StreamData, TcpReassembler
 
 BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pipes cheap per event
@@ -40,6 +41,41 @@ FAILED = -2  # a worker's reply after an exception: the traceback follows
 _NUMBER, _ORDER = itemgetter(0), itemgetter(0, 1)  # of a rendered item: (number, rank, line, mentions)
 # The parent feeds every worker: when cores are short, it must not wait for them.
 WORKER_NICENESS = 10
+
+
+# TCP events travel to the workers as tuples of plain values, (event number, kind, content...):
+# pickled in C, with no named tuples to reduce and rebuild (a Python call each), and handed to the
+# Analyzer method of their kind. A direction's own end tells the Analyzer nothing and is not sent.
+_DATA, _OPENED, _GAP, _ENDED = range(4)
+
+
+def _plain(number: int, ev) -> tuple | None:
+    kind, conn = type(ev), ev.conn
+    if kind is StreamData:
+        return number, _DATA, conn.stream, ev.direction, ev.data, ev.ts
+    if kind is tcp.ConnectionOpened:
+        return number, _OPENED, conn.stream, *conn.a, *conn.b, ev.client_guess is not None
+    if kind is tcp.Gap:
+        return number, _GAP, conn.stream, ev.direction, ev.size, ev.ts
+    if ev.direction == tcp.BOTH:
+        return number, _ENDED, conn.stream, ev.ts
+    return None
+
+
+def _handle_plain(analyzer: Analyzer, item: tuple) -> list:
+    kind = item[1]
+    if kind == _DATA:
+        _, _, stream, direction, data, ts = item
+        return analyzer.stream_data(stream, direction, data, ts)
+    if kind == _OPENED:
+        _, _, stream, a_ip, a_port, b_ip, b_port, from_start = item
+        analyzer.opened(stream, tcp.Endpoint(a_ip, a_port), tcp.Endpoint(b_ip, b_port), from_start)
+        return []
+    if kind == _GAP:
+        _, _, stream, direction, size, ts = item
+        return analyzer.gap(stream, direction, size, ts)
+    _, _, stream, ts = item
+    return analyzer.ended(stream, ts)
 
 
 class WorkerFailed(RuntimeError):
@@ -77,12 +113,12 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
             watermark, events = pickle.loads(inbox.recv_bytes())
             items = []
             for item in events:
-                if len(item) == 5:  # stream data, sent plain (see _share_out)
-                    number, stream, direction, data, ts = item
+                if item[1] == _DATA:  # the bulk of the events: straight to the analyzer
+                    number, _, stream, direction, data, ts = item
                     decoded = stream_data(stream, direction, data, ts)
                 else:
-                    number, tcp_event = item
-                    decoded = analyzer.handle((tcp_event,))
+                    number = item[0]
+                    decoded = _handle_plain(analyzer, item)
                 rank = 0
                 for ev in decoded:
                     rendered = render(ev)
@@ -185,14 +221,15 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
             if not events:
                 continue
             for ev in events:
-                if type(ev) is StreamData:
-                    # The bulk of the events, sent as a plain tuple: pickled in C, no class to rebuild.
+                if type(ev) is StreamData:  # the bulk of the events
                     conn, direction, _, data, ts = ev
                     stream = conn.stream
-                    batches[stream % count].append((number, stream, direction, data, ts))
+                    batches[stream % count].append((number, _DATA, stream, direction, data, ts))
                     pending_bytes += len(data)
                 else:
-                    batches[ev.conn.stream % count].append((number, ev))
+                    item = _plain(number, ev)
+                    if item is not None:
+                        batches[ev.conn.stream % count].append(item)
                 number += 1
             pending += len(events)
             if pending >= BATCH_EVENTS or pending_bytes >= BATCH_BYTES:
@@ -201,7 +238,9 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
                 send(number - 1)
                 pending = pending_bytes = 0
         for ev in reassembler.flush():
-            batches[ev.conn.stream % count].append((number, ev))
+            item = _plain(number, ev)
+            if item is not None:
+                batches[ev.conn.stream % count].append(item)
             number += 1
         send(END)
     except (BrokenPipeError, ConnectionResetError):

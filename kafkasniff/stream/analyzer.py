@@ -44,18 +44,6 @@ class Analyzer:
             yield from self.handle(self.tcp.feed(segment))
         yield from self.finish()
 
-    def _client_side(self, conn: tcp.Connection) -> int | None:
-        if conn.b.port in self.port_hints:
-            return 0
-        if conn.a.port in self.port_hints:
-            return 1
-        return None
-
-    def stream_data(self, stream: int, direction: int, data: bytes, ts: float) -> list:
-        """One StreamData event's content: bytes of a connection in stream order."""
-        session = self.sessions.get(stream)
-        return session.data(direction, data, ts) if session is not None else []
-
     def handle(self, tcp_events: list) -> list:
         """Reassembled TCP events (from this analyzer's reassembler, or another's) in, Kafka events out."""
         out = []
@@ -64,19 +52,34 @@ class Analyzer:
             if kind is tcp.StreamData:
                 out += self.stream_data(ev.conn.stream, ev.direction, ev.data, ev.ts)
             elif kind is tcp.ConnectionOpened:
-                from_start = ev.client_guess is not None
-                self.sessions[ev.conn.stream] = Session(
-                    ev.conn.stream, (ev.conn.a, ev.conn.b), client_side=self._client_side(ev.conn),
-                    from_start=(from_start, from_start), expand_records=self.expand_records,
-                    max_frame=self.max_frame, skim=self.skim)
+                self.opened(ev.conn.stream, ev.conn.a, ev.conn.b, ev.client_guess is not None)
             elif kind is tcp.Gap:
-                self.gaps += 1
-                self.gap_bytes += ev.size
-                session = self.sessions.get(ev.conn.stream)
-                if session is not None:
-                    out += session.gap(ev.direction, ev.size, ev.ts)
+                out += self.gap(ev.conn.stream, ev.direction, ev.size, ev.ts)
             elif kind is tcp.StreamEnd and ev.direction == tcp.BOTH:
-                session = self.sessions.pop(ev.conn.stream, None)
-                if session is not None:
-                    out += session.end(ev.ts)
+                out += self.ended(ev.conn.stream, ev.ts)
         return out
+
+    # One method per kind of TCP event, taking its content: parallel decoding sends events as plain values.
+
+    def opened(self, stream: int, a: tcp.Endpoint, b: tcp.Endpoint, from_start: bool) -> None:
+        """A connection opened (from_start: its handshake was captured)."""
+        client_side = 0 if b.port in self.port_hints else 1 if a.port in self.port_hints else None
+        self.sessions[stream] = Session(stream, (a, b), client_side=client_side, from_start=(from_start, from_start),
+                                        expand_records=self.expand_records, max_frame=self.max_frame, skim=self.skim)
+
+    def stream_data(self, stream: int, direction: int, data: bytes, ts: float) -> list:
+        """Bytes of a connection, in stream order."""
+        session = self.sessions.get(stream)
+        return session.data(direction, data, ts) if session is not None else []
+
+    def gap(self, stream: int, direction: int, size: int, ts: float) -> list:
+        """Bytes of a connection that were never captured."""
+        self.gaps += 1
+        self.gap_bytes += size
+        session = self.sessions.get(stream)
+        return session.gap(direction, size, ts) if session is not None else []
+
+    def ended(self, stream: int, ts: float) -> list:
+        """Both directions of a connection are over."""
+        session = self.sessions.pop(stream, None)
+        return session.end(ts) if session is not None else []
