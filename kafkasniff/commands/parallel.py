@@ -50,9 +50,11 @@ _DATA, _OPENED, _GAP, _ENDED = range(4)
 
 
 def _plain(number: int, ev) -> tuple | None:
-    kind, conn = type(ev), ev.conn
+    kind = type(ev)
     if kind is StreamData:
-        return number, _DATA, conn.stream, ev.direction, ev.data, ev.ts
+        conn, direction, _, data, ts = ev
+        return number, _DATA, conn.stream, direction, data, ts
+    conn = ev.conn
     if kind is tcp.ConnectionOpened:
         return number, _OPENED, conn.stream, *conn.a, *conn.b, ev.client_guess is not None
     if kind is tcp.Gap:
@@ -105,7 +107,6 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
     for conn in parent_ends:  # copied by fork
         conn.close()
     analyzer: Analyzer = make_analyzer()
-    stream_data = analyzer.stream_data
     render = output.render
     try:
         watermark = None
@@ -113,14 +114,9 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
             watermark, events = pickle.loads(inbox.recv_bytes())
             items = []
             for item in events:
-                if item[1] == _DATA:  # the bulk of the events: straight to the analyzer
-                    number, _, stream, direction, data, ts = item
-                    decoded = stream_data(stream, direction, data, ts)
-                else:
-                    number = item[0]
-                    decoded = _handle_plain(analyzer, item)
+                number = item[0]
                 rank = 0
-                for ev in decoded:
+                for ev in _handle_plain(analyzer, item):
                     rendered = render(ev)
                     if rendered is not None:
                         items.append((number, rank, *rendered))
@@ -221,15 +217,11 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
             if not events:
                 continue
             for ev in events:
-                if type(ev) is StreamData:  # the bulk of the events
-                    conn, direction, _, data, ts = ev
-                    stream = conn.stream
-                    batches[stream % count].append((number, _DATA, stream, direction, data, ts))
-                    pending_bytes += len(data)
-                else:
-                    item = _plain(number, ev)
-                    if item is not None:
-                        batches[ev.conn.stream % count].append(item)
+                item = _plain(number, ev)
+                if item is not None:
+                    batches[item[2] % count].append(item)
+                    if item[1] == _DATA:
+                        pending_bytes += len(item[4])
                 number += 1
             pending += len(events)
             if pending >= BATCH_EVENTS or pending_bytes >= BATCH_BYTES:
@@ -240,7 +232,7 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
         for ev in reassembler.flush():
             item = _plain(number, ev)
             if item is not None:
-                batches[ev.conn.stream % count].append(item)
+                batches[item[2] % count].append(item)
             number += 1
         send(END)
     except (BrokenPipeError, ConnectionResetError):
