@@ -201,17 +201,18 @@ static int parse(const uint8_t *f, Py_ssize_t n, long linktype, Py_ssize_t wire_
 /* Address texts, remembered: hosts talk to few peers, and formatting one costs more than the rest
    of a segment. Direct-mapped by a hash of the address bytes. */
 #define ADDRESS_CACHE_SIZE 512
-static struct {
+typedef struct {
     int len;
     uint8_t bytes[16];
     PyObject *text;
-} address_cache[ADDRESS_CACHE_SIZE];
+} address_entry;
+static address_entry address_cache[ADDRESS_CACHE_SIZE];
 
 static PyObject *address_text(const uint8_t *raw, int len) {
     uint32_t hash = 2166136261u;
     for (int i = 0; i < len; i++)
         hash = (hash ^ raw[i]) * 16777619u;
-    __typeof__(address_cache[0]) *entry = &address_cache[hash % ADDRESS_CACHE_SIZE];
+    address_entry *entry = &address_cache[hash % ADDRESS_CACHE_SIZE];
     if (entry->text != NULL && entry->len == len && memcmp(entry->bytes, raw, len) == 0)
         return Py_NewRef(entry->text);
     char text[INET6_ADDRSTRLEN];
