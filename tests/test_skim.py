@@ -13,7 +13,6 @@ from kafkasniff.capture.files import open_capture
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.entities import error_codes
 from kafkasniff.protocol.messages import _layout, decode_request, decode_response, decode_response_for_request
-from kafkasniff.protocol.skim import REFUSED
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 from tests.capture_manifest import CAPTURES_DIR, capture_names

@@ -245,7 +245,7 @@ def tagged_entries(buf, pos: int, end: int, known: dict[int, tuple[str, Op]], ou
     """Walk a tagged-field section, decoding the known tags into `out` with their ops.
 
     Yields (tag, value start, value stop) for every entry, known or not; the section ends at the
-    last entry's stop. Shared by the full decoder and the skim, so both check the same things.
+    last entry's stop.
     """
     count, new = p.read_unsigned_varint(buf, pos, end)
     if count > end - new:

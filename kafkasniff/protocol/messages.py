@@ -15,7 +15,7 @@ from typing import Iterator
 
 from kafkasniff.protocol import quirks
 from kafkasniff.protocol.embedded import expand_embedded
-from kafkasniff.protocol.fields import DecodeError, Field, Malformed
+from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.interpreter import RecordsExpander, decode_struct
 from kafkasniff.protocol._skim import run as run_skim
 from kafkasniff.protocol.skim import REFUSED, SkimProgram, header_value_count, kept_values, skim_program
