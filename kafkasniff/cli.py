@@ -75,7 +75,6 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
     comments are skipped. The 4-byte size prefix is optional.
     """
     from kafkasniff.protocol.identify import identify
-    from kafkasniff.protocol.records import decode_records
     from kafkasniff.render.explain import explanation_json, print_explanation
     from kafkasniff.render.hexinput import parse_hex_dump
 
@@ -98,7 +97,7 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
         fail(f"cannot read the hex dump: {e}")
     if not data:
         fail("no hex bytes found in the input")
-    ident = identify(data, kind, api_key, api_version, decode_records)
+    ident = identify(data, kind, api_key, api_version)
     if as_json:
         click.echo(json.dumps(explanation_json(ident, data), indent=1))
     else:

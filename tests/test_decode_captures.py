@@ -10,7 +10,8 @@ import pytest
 
 from capture_manifest import capture_names, load_capture, matches_bytes
 from kafkasniff.capture.files import open_capture
-from kafkasniff.protocol.records import decode_records, records_of
+from kafkasniff.protocol.messages import with_fields
+from kafkasniff.protocol.records import records_of
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 
@@ -30,10 +31,13 @@ UNANSWERED = {
 
 @cache
 def events(name: str) -> tuple:
-    """Every event of the capture, decoded with records and without any port hint."""
+    """Every event of the capture, its messages with their Field trees, without any port hint."""
     with open_capture(load_capture(name).pcap) as reader:
-        out = tuple(Analyzer(decode_records).run(reader.segments()))
+        out = tuple(Analyzer().run(reader.segments()))
         assert reader.warnings == []
+    for ev in out:
+        if type(ev) is MessageEvent:
+            with_fields(ev.message, ev.payload)
     return out
 
 

@@ -21,7 +21,6 @@ from click.testing import CliRunner
 from kafkasniff.cli import main
 from kafkasniff.commands.decode import PROGRESS_MIN_BYTES, make_options, wants_progress
 from kafkasniff.protocol.encoder import encode_request, encode_response
-from kafkasniff.protocol.records import decode_records
 from kafkasniff.protocol.records_encoder import Record, encode_message_set, encode_record_batch
 from kafkasniff.render.output import Output
 from kafkasniff.render.tree import TreeView
@@ -260,7 +259,7 @@ CLIENT, SERVER = Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 9092)
 
 def conversation(*frames: tuple[bool, bytes]) -> list:
     """Events of one connection: (from the client?, bytes) in order, then the end of the connection."""
-    session = Session(0, (CLIENT, SERVER), client_side=0, from_start=(True, True), expand_records=decode_records)
+    session = Session(0, (CLIENT, SERVER), client_side=0, from_start=(True, True))
     out, ts = [], 1_700_000_000.0
     for from_client, data in frames:
         ts += 0.001
@@ -409,7 +408,8 @@ def test_hex_view_masks_the_bytes_of_secrets():
 def test_hex_view_masks_secret_bytes_inside_sasl_authenticate():
     final = [ev for ev in sasl_conversations() if type(ev) is MessageEvent][-1]
     payload = encode_request(36, 2, 3, "c", {"AuthBytes": b"c=biws,r=" + NONCE + b",p=" + PROOF})[4:]
-    text = TreeView(io.StringIO(), hex_=True, full=True).render(final, payload).plain
+    assert final.payload == payload
+    text = TreeView(io.StringIO(), hex_=True, full=True).render(final).plain
     proof_row = next(line.split() for line in text.splitlines() if "body.AuthBytes.proof" in line)
     start = 4 + payload.index(PROOF)
     assert proof_row == [f"{start}-{start + len(PROOF) - 1}", *["••"] * len(PROOF), "body.AuthBytes.proof",

@@ -7,7 +7,6 @@ import pytest
 from clients import Message, produce_confluent, produce_kafka_python
 from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER
 from kafkasniff.protocol.messages import decode_request, decode_response_for_request
-from kafkasniff.protocol.records import decode_records
 
 MESSAGES = [
     Message(b"k1", b"first value", (("trace", b"abc"),)),
@@ -25,14 +24,14 @@ def conversations(recorded):
     for conn in recorded.connections:
         requests = {}
         for frame in recorded.frames(conn, CLIENT_TO_BROKER):
-            msg = decode_request(frame, 4, expand_records=decode_records)
+            msg = decode_request(frame, 4)
             assert msg.complete, msg
             assert msg.body.end == len(frame)
             requests[msg.correlation_id] = msg
         for frame in recorded.frames(conn, BROKER_TO_CLIENT):
             correlation_id = struct.unpack_from(">i", frame, 4)[0]
             req = requests.pop(correlation_id)
-            resp = decode_response_for_request(frame, req.api_key, req.api_version, 4, expand_records=decode_records)
+            resp = decode_response_for_request(frame, req.api_key, req.api_version, 4)
             assert resp.complete, (req, resp)
             pairs.append((req, resp))
         assert all(r.api_name == "Produce" and r.body["Acks"].value == 0 for r in requests.values())

@@ -6,8 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkasniff.protocol.encoder import encode_request, encode_response
-from kafkasniff.protocol.messages import all_versions, decode_request, decode_response
-from kafkasniff.protocol.records import decode_records
+from kafkasniff.protocol.messages import decode_request, decode_response
 
 REAL_FRAMES = [
     encode_request(0, 9, 42, "prod1", {"Acks": -1, "TimeoutMs": 30000, "TopicData": [
@@ -32,13 +31,13 @@ def check(msg, data):
 @FAST
 @given(st.binary(max_size=300))
 def test_random_bytes_as_request(data):
-    check(decode_request(data, expand_records=decode_records), data)
+    check(decode_request(data), data)
 
 
 @FAST
 @given(st.binary(max_size=300), st.integers(0, 94), st.integers(0, 18))
 def test_random_bytes_as_response(data, key, version):
-    check(decode_response(data, key, version, expand_records=decode_records), data)
+    check(decode_response(data, key, version), data)
 
 
 @FAST
@@ -50,8 +49,8 @@ def test_mutated_real_frames(i, draw):
         frame[pos] = draw.draw(st.integers(0, 255))
     cut = draw.draw(st.integers(0, len(frame)))
     data = bytes(frame[:cut])
-    check(decode_request(data, expand_records=decode_records), data)
-    check(decode_response(data, 3, 12, expand_records=decode_records), data)
+    check(decode_request(data), data)
+    check(decode_response(data, 3, 12), data)
 
 
 def test_huge_length_fields_do_not_allocate():
@@ -65,46 +64,8 @@ def test_huge_length_fields_do_not_allocate():
     ]
     tracemalloc.start()
     for data in frames:
-        msg = decode_request(data, expand_records=decode_records)
+        msg = decode_request(data)
         assert msg.malformed is not None and "exceeds" in msg.malformed.reason
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 1_000_000
-
-
-@FAST
-@given(st.sampled_from(range(len(REAL_FRAMES))), st.data())
-def test_skim_and_full_decode_agree(i, draw):
-    """The one-line view skims; its verdicts must be exactly those of the full decoder."""
-    frame = bytearray(REAL_FRAMES[i])
-    for _ in range(draw.draw(st.integers(0, 4))):
-        pos = draw.draw(st.integers(0, len(frame) - 1))
-        frame[pos] = draw.draw(st.integers(0, 255))
-    data = bytes(frame[:draw.draw(st.integers(0, len(frame)))])
-    for full, skim in ((decode_request(data), decode_request(data, skim=True)),
-                       (decode_response(data, 3, 12), decode_response(data, 3, 12, skim=True))):
-        assert (skim.api_key, skim.api_version, skim.correlation_id, skim.client_id) == \
-            (full.api_key, full.api_version, full.correlation_id, full.client_id)
-        assert skim.malformed == full.malformed
-        assert (skim.trailing is None) == (full.trailing is None)
-        if full.body is not None and not full.malformed:
-            errors = [(f.name, f.value) for _, f in full.body.walk() if f.note and f.type == "int16" and f.value]
-            assert [e for e in skim.skimmed if e[0] != "Acks"] == errors
-
-
-_LAYOUTS = [(kind, key, version) for kind in ("request", "response") for key, version in all_versions(kind)]
-
-
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(_LAYOUTS), st.binary(max_size=200))
-def test_skim_of_random_bytes_at_every_layout(layout, body):
-    """The skim's C walk, on whatever bytes, stops where the full decoder does, at every API version."""
-    kind, key, version = layout
-    if kind == "request":
-        data = key.to_bytes(2, "big") + version.to_bytes(2, "big") + body
-        full, skim = decode_request(data), decode_request(data, skim=True)
-    else:
-        full, skim = decode_response(body, key, version), decode_response(body, key, version, skim=True)
-    assert skim.malformed == full.malformed
-    assert (skim.trailing and skim.trailing.offset) == (full.trailing and full.trailing.offset)
-    assert (skim.correlation_id, skim.client_id) == (full.correlation_id, full.client_id)

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from kafkasniff.protocol.encoder import Encoder, encode_request, encode_response
-from kafkasniff.protocol.interpreter import TAGGED_FIELDS
+from kafkasniff.protocol.fields import TAGGED_FIELDS
 from kafkasniff.protocol.messages import all_versions, decode_request, decode_response
 from kafkasniff.protocol.schema import in_range, message_variant
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from capture_manifest import load_capture
 from kafkasniff.capture.files import open_capture
-from kafkasniff.protocol.records import DECOMPRESSED_RECORDS, decode_records
+from kafkasniff.protocol.messages import with_fields
+from kafkasniff.protocol.records import DECOMPRESSED_RECORDS
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 
@@ -15,10 +16,10 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 def snappy_batches(name: str):
     """(compressed bytes, decoded record values) of every snappy batch in Produce requests."""
     with open_capture(CAPTURES / f"{name}.pcap") as reader:
-        for ev in Analyzer(decode_records).run(reader.segments()):
+        for ev in Analyzer().run(reader.segments()):
             if type(ev) is not MessageEvent or ev.message.api_name != "Produce" or ev.message.kind != "request":
                 continue
-            for _, f in ev.message.body.walk():
+            for _, f in with_fields(ev.message, ev.payload).body.walk():
                 if f.type == "RecordBatch" and f.value["codec"] == "snappy":
                     records = f["records"]
                     assert records.type == DECOMPRESSED_RECORDS and f.value["crc_valid"]

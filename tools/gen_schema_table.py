@@ -9,8 +9,8 @@ newer trunk. Kafka never changes what an existing (API key, version) means, so
 each version is taken from the newest snapshot that lists it.
 
 Only wire facts are kept: names, types, version ranges (valid, flexible,
-nullable, tagged), tags, defaults and entity types. Prose (`about`, comments)
-is dropped. With --check the script exits 1 if the committed table differs.
+nullable, tagged), tags, defaults and entity types, and each field's role (see
+`field_role`). Prose (`about`, comments) is dropped. With --check the script exits 1 if the committed table differs.
 """
 
 from __future__ import annotations
@@ -73,7 +73,38 @@ def parse_versions(spec: str | None) -> list[int] | None:
     return [int(spec), int(spec)]
 
 
-def field_facts(field: dict) -> dict:
+# Field roles: what a field is for, beyond its wire type. Views, filters and statistics find topics,
+# partitions, error codes and records by role, never by guessing from names; this is the one place that
+# reads the names.
+PARTITION_FIELDS = {"int32": {"PartitionIndex", "Partition", "PartitionId", "Index"},
+                    "[]int32": {"Partitions", "PartitionIndexes"}}
+HEADER_ROLES = {("RequestHeader", "CorrelationId"): "correlationId", ("ResponseHeader", "CorrelationId"): "correlationId",
+                ("RequestHeader", "ClientId"): "clientId"}
+MESSAGE_ROLES = {("ProduceRequest", "Acks"): "acks", ("ControlRecordTypeSchema", "Type"): "controlType"}
+
+
+def field_role(field: dict, schema: str, top_level: bool) -> str | None:
+    name, type_ = field["name"], field["type"]
+    if type_ == "int16" and name.endswith("ErrorCode"):
+        return "errorCode"
+    if field.get("entityType") == "topicName" and type_ in ("string", "[]string"):
+        return "topicName"
+    if name == "TopicId" and type_ == "uuid":
+        return "topicId"
+    if name in PARTITION_FIELDS.get(type_, ()):
+        return "partition"
+    if type_ == "records":
+        return "records"
+    if type_ == "int16" and name in ("ApiKey", "RequestApiKey"):
+        return "apiKey"
+    if top_level and name == "ThrottleTimeMs" and schema.endswith("Response"):
+        return "throttleTimeMs"
+    if top_level:
+        return HEADER_ROLES.get((schema, name)) or MESSAGE_ROLES.get((schema, name))
+    return None
+
+
+def field_facts(field: dict, schema: str = "", top_level: bool = False) -> dict:
     out = {"name": field["name"], "type": field["type"]}
     for key in FIELD_FACTS:
         if key in field:
@@ -84,8 +115,11 @@ def field_facts(field: dict) -> dict:
         out["default"] = field["default"]
     if "entityType" in field:
         out["entity"] = field["entityType"]
+    role = field_role(field, schema, top_level)
+    if role:
+        out["role"] = role
     if "fields" in field:
-        out["fields"] = [field_facts(f) for f in field["fields"]]
+        out["fields"] = [field_facts(f, schema) for f in field["fields"]]
     return out
 
 
@@ -93,9 +127,9 @@ def message_facts(doc: dict, versions: list[int]) -> dict:
     out = {
         "versions": versions,
         "flexible": parse_versions(doc.get("flexibleVersions")),
-        "fields": [field_facts(f) for f in doc.get("fields", [])],
+        "fields": [field_facts(f, doc["name"], True) for f in doc.get("fields", [])],
     }
-    structs = {s["name"]: [field_facts(f) for f in s["fields"]] for s in doc.get("commonStructs", [])}
+    structs = {s["name"]: [field_facts(f, doc["name"]) for f in s["fields"]] for s in doc.get("commonStructs", [])}
     if structs:
         out["structs"] = structs
     if doc.get("latestVersionUnstable"):

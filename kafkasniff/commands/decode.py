@@ -11,7 +11,6 @@ import click
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.commands.parallel import decode_parallel, usable_cores
-from kafkasniff.protocol.interpreter import RecordsExpander
 from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
@@ -82,17 +81,9 @@ def _with_progress(reader: CaptureReader, segments: Iterable[TcpSegment], progre
     progress.update(task, completed=reader.total_size)
 
 
-def records_expander(options: OutputOptions) -> RecordsExpander | None:
-    if not options.needs_records:
-        return None
-    from kafkasniff.protocol.records import decode_records
-
-    return decode_records
-
-
 def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1) -> None:
     def make_analyzer() -> Analyzer:
-        return Analyzer(records_expander(output.options), ports, skim=not output.options.needs_fields)
+        return Analyzer(ports)
 
     show_progress = wants_progress(sys.stderr, reader.total_size)
     if jobs > 1 and output.renders_apart:
@@ -123,8 +114,8 @@ def default_jobs(reader: CaptureReader, options: OutputOptions) -> int:
     cores = usable_cores()
     if reader.total_size < PARALLEL_MIN_BYTES or cores == 1:
         return 1
-    if options.needs_fields:
-        return min(cores, MAX_AUTO_JOBS)  # the workers decode fields: they do the most, one per core
+    if options.view != "line":
+        return min(cores, MAX_AUTO_JOBS)  # the workers write JSON: they do the most, one per core
     # One line per message leaves the workers little to do next to the main process's reading and
     # reassembly, which keep most of a core busy: one worker more than cores keeps every core busy
     # (on 2 cores, measured: 3 workers 1.6 s, 2 workers 1.75-1.8 s; see bench/README.md).

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kafkasniff.capture.packets import FrameParser
-from kafkasniff.commands.decode import make_options, output_options, records_expander
+from kafkasniff.commands.decode import make_options, output_options
 from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
@@ -77,7 +77,7 @@ class LiveSession:
     def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None):
         self.capture = capture
         self.output = Output(options)
-        self.analyzer = Analyzer(records_expander(options), ports, skim=not options.needs_fields)
+        self.analyzer = Analyzer(ports)
         self.parser = FrameParser()
         self.pcap_file = pcap_file
         from dpkt import pcap

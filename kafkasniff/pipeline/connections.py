@@ -20,7 +20,6 @@ from itertools import groupby
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.pipeline.rows import message_row, micros, record_rows
 from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
-from kafkasniff.protocol.records import decode_records
 from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer import Analyzer
@@ -131,7 +130,7 @@ def decode_connection(keyed_segments: Iterable[tuple[tuple, TcpSegment]], port_h
     """(tag, raw row) for everything in one 4-tuple's packets, given as ((…, file, …), segment)
     pairs in feed order; the file name is the third item of the key."""
     reassembler = _TallyingReassembler()
-    analyzer = Analyzer(decode_records, port_hints, reassembler=reassembler)
+    analyzer = Analyzer(port_hints, reassembler=reassembler)
     tallies = reassembler.tallies
     # decode's own topic lookup; the ids it learns here are pooled over the run by the job
     topic_resolver = Output(OutputOptions(view="json"))

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kafkasniff.protocol.fields import Field
+from kafkasniff.protocol.messages import field_trees
 from kafkasniff.protocol.records import records_of
 from kafkasniff.render.jsonview import message_event_json
 from kafkasniff.stream.session import MessageEvent
 
-_TOPIC_NAME_FIELDS = frozenset({"Name", "Topic", "TopicName"})
-_PARTITION_FIELDS = frozenset({"Index", "PartitionIndex", "Partition"})
 _RECORD_ITEMS = frozenset({"RecordBatch", "Message"})
 
 
@@ -26,13 +25,12 @@ def micros(ts: float) -> int:
 def message_row(ev: MessageEvent, connection_id: str, files: list[str], topics: list[str],
                 record_count: int | None) -> dict:
     """`topics` as `decode` resolves them for the event (see render.output.Output.event_topics)."""
-    row = message_event_json(ev, with_body=False, topic_names=topics)
+    row = message_event_json(ev, topic_names=topics)
     m = ev.message
-    throttle = m.body.child("ThrottleTimeMs") if m.kind == "response" and m.body is not None else None
     malformed = row["malformed"] or {}
     row.update(
         ts=micros(ev.ts), connection_id=connection_id, capture_files=files,
-        latency_ms=ev.latency_ms, throttle_time_ms=throttle.value if throttle is not None else None,
+        latency_ms=ev.latency_ms, throttle_time_ms=m.throttle_time_ms if m.kind == "response" else None,
         record_count=record_count, malformed=malformed.get("reason"), malformed_offset=malformed.get("offset"),
         inferred=row.get("inferred"), expects_response=row.get("expects_response"))
     return row
@@ -41,9 +39,10 @@ def message_row(ev: MessageEvent, connection_id: str, files: list[str], topics: 
 def record_rows(ev: MessageEvent, connection_id: str, client_id: str | None) -> list[dict] | None:
     """One row per decoded record of the message; None when it carries no record batches."""
     m = ev.message
-    if m.body is None:
+    if not m.batches:
         return None
-    sources = list(_records_fields(m.body, None, None, None))
+    _, body = field_trees(m, ev.payload)
+    sources = list(_records_fields(body, None, None, None)) if body is not None else []
     if not sources:
         return None
     common = {"ts": micros(ev.ts), "connection_id": connection_id,
@@ -80,11 +79,11 @@ def _records_fields(f: Field, topic, topic_id, partition) -> Iterator[tuple]:
     children = f.children or ()
     if not f.type.startswith("[]"):
         for c in children:
-            if c.name in _TOPIC_NAME_FIELDS and c.type == "string":
+            if c.role == "topicName" and c.type == "string":
                 topic = c.value
-            elif c.name == "TopicId" and c.type == "uuid":
+            elif c.role == "topicId":
                 topic_id = c.value
-            elif c.name in _PARTITION_FIELDS and c.type == "int32":
+            elif c.role == "partition" and c.type == "int32":
                 partition = c.value
     for c in children:
         if c.type == "records":

@@ -2,7 +2,8 @@
 
 A decoded message is a tree of `Field`s. Each field knows where its bytes are
 (`offset` and `length`, absolute within the buffer that was decoded), so the
-`explain` view, `--hex` and error reports all read the same tree.
+`explain` view, `--hex` and error reports all read the same tree. The walker
+(`_walk`, C) makes them: their storage is its FieldBase, the methods are here.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from kafkasniff.protocol._walk import FieldBase
+
 # Types of the fields that hold records decompressed from a batch or a legacy wrapper message: their
 # offsets count within the decompressed bytes, not the frame.
 DECOMPRESSED_RECORDS = "[]DecompressedRecord"
 DECOMPRESSED_MESSAGES = "[]DecompressedMessage"
+# The name the walker gives a struct's tagged-field section.
+TAGGED_FIELDS = "_tagged_fields"
 
 
-class Field:
+class Field(FieldBase):
     """One decoded wire item.
 
     `type` is the wire type as Kafka's schemas spell it (`int32`, `string`,
@@ -24,20 +29,11 @@ class Field:
     (`RecordBatch`, `Record`, ...). `value` holds the decoded Python value for
     leaves (int, str, bytes, bool, float, None); containers carry `children`.
     `note` is a short human annotation (error name, CRC verdict, codec) that
-    renderers show next to the value.
+    renderers show next to the value. `role` says what a schema field is for
+    (program.ROLES: "errorCode", "topicName", ...), or None.
     """
 
-    __slots__ = ("name", "type", "offset", "length", "value", "children", "note")
-
-    def __init__(self, name: str, type: str, offset: int, length: int = 0,
-                 value: Any = None, children: list[Field] | None = None, note: str | None = None):
-        self.name = name
-        self.type = type
-        self.offset = offset
-        self.length = length
-        self.value = value
-        self.children = children
-        self.note = note
+    __slots__ = ()
 
     @property
     def end(self) -> int:
@@ -84,16 +80,3 @@ class Malformed:
 
     def to_json(self) -> dict:
         return {"offset": self.offset, "reason": self.reason}
-
-
-class DecodeError(Exception):
-    """Raised inside decoders when the bytes cannot be read as the schema says.
-
-    Caught at message level and turned into a `Malformed` verdict; never escapes
-    the protocol package's public functions.
-    """
-
-    def __init__(self, offset: int, reason: str):
-        super().__init__(f"at offset {offset}: {reason}")
-        self.offset = offset
-        self.reason = reason

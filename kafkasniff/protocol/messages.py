@@ -1,10 +1,12 @@
 """Decode one Kafka frame (header + body) into a `Message`.
 
-Input is the frame's bytes after its 4-byte size prefix, given as a buffer and
-a [pos, end) range so every Field offset is absolute within that buffer.
-Nothing here raises on bad bytes: the result carries a `Malformed` verdict with
-the fields decoded up to the point of failure, and any bytes left after a
-complete body as a `trailing` field.
+Input is the frame's bytes after its 4-byte size prefix, given as a buffer and a [pos, end) range so every
+offset is absolute within that buffer. Every message is summarized (ids, error codes, topic mentions, record
+counts: see walker.summarize); unless skimmed (`skim=True`: what the stream layer asks for) it also gets its
+Field trees (`with_fields` gives them later, `field_trees` without keeping them), and `--json` writes the body
+straight from the bytes (`json_body`). Nothing here raises on bad bytes: the result
+carries a `Malformed` verdict (and, with fields, the fields read up to the failure), and any bytes left after
+a complete body as a `trailing` field.
 """
 
 from __future__ import annotations
@@ -13,21 +15,19 @@ import struct
 from functools import cache
 from typing import Iterator
 
-from kafkasniff.protocol import quirks
-from kafkasniff.protocol.embedded import expand_embedded
+from kafkasniff.protocol import quirks, walker
+from kafkasniff.protocol.embedded import EMBEDDED_ROLES
 from kafkasniff.protocol.fields import Field, Malformed
-from kafkasniff.protocol.interpreter import RecordsExpander, decode_struct
-from kafkasniff.protocol._skim import run as run_skim
-from kafkasniff.protocol.skim import REFUSED, SkimProgram, header_value_count, kept_values, skim_program
-from kafkasniff.protocol.schema import (Variant, api_name, apis, header_variant, is_flexible, message_variant,
-                                        version_range)
+from kafkasniff.protocol.program import program_for
+from kafkasniff.protocol.schema import api_name, apis, header_variant, is_flexible, message_variant, version_range
 
 REQUEST, RESPONSE = "request", "response"
 
 
 class Message:
-    __slots__ = ("kind", "api_key", "api_version", "api_name", "header_version", "correlation_id",
-                 "client_id", "header", "body", "skimmed", "malformed", "trailing", "offset", "end")
+    __slots__ = ("kind", "api_key", "api_version", "api_name", "header_version", "correlation_id", "client_id",
+                 "acks", "throttle_time_ms", "errors", "mentions", "batches", "records", "suspicion", "header",
+                 "body", "body_offset", "malformed", "trailing", "offset", "end", "sasl_mechanism")
 
     def __init__(self, kind: str, api_key: int | None, api_version: int | None, offset: int, end: int):
         self.kind = kind
@@ -37,14 +37,22 @@ class Message:
         self.header_version: int | None = None
         self.correlation_id: int | None = None
         self.client_id: str | None = None
-        self.header: Field | None = None
+        self.acks: int | None = None                 # Produce requests: whether a response will come
+        self.throttle_time_ms: int | None = None     # responses
+        self.errors: list[int] = []                  # non-zero error codes, in wire order
+        # [topic name or None, topic id or None, data records, [partitions]] per struct naming a topic
+        self.mentions: list[list] = []
+        self.batches = 0                             # record batches (or legacy messages) in the body
+        self.records = 0                             # data records in them, by their headers
+        self.suspicion = 0                           # implausible values: unknown error codes, illegal nulls, ...
+        self.header: Field | None = None            # the Field trees, when asked for
         self.body: Field | None = None
-        # When skimmed instead of decoded: (name, value) of non-zero error codes and Acks, in order.
-        self.skimmed: list[tuple[str, int]] | None = None
+        self.body_offset: int | None = None          # where the body starts, when the header was read
         self.malformed: Malformed | None = None
         self.trailing: Field | None = None
         self.offset = offset
         self.end = end
+        self.sasl_mechanism: str | None = None       # SaslAuthenticate: the mechanism its session agreed
 
     @property
     def size(self) -> int:
@@ -54,16 +62,6 @@ class Message:
     def complete(self) -> bool:
         """Decoded to the last byte with nothing missing or left over."""
         return self.malformed is None and self.trailing is None
-
-    def value(self, name: str):
-        """A top-level body value, whether the body was decoded or skimmed."""
-        if self.body is not None:
-            f = self.body.child(name)
-            return f.value if f is not None else None
-        for skimmed_name, v in self.skimmed or ():
-            if skimmed_name == name:
-                return v
-        return None
 
     def fields(self) -> Iterator[Field]:
         for f in (self.header, self.body, self.trailing):
@@ -77,45 +75,24 @@ class Message:
 
 
 class _Layout:
-    """What (kind, API key, version) alone decides about a message."""
+    """What (kind, API key, version) alone decides about a message: header version, programs, any problem."""
 
-    __slots__ = ("header_version", "header", "body", "problem", "header_values", "_skim_program")
+    __slots__ = ("header_version", "header", "body", "problem", "programs")
 
     def __init__(self, kind: str, key: int, version: int):
         body = message_variant(key, kind, version)
         flexible = body is not None and is_flexible(body, version)
         self.header_version = _HEADER_VERSION[kind](key, version, flexible)
-        self.header = header_variant(kind, self.header_version)
+        self.header = program_for(header_variant(kind, self.header_version), self.header_version, "header")
         self.problem = _version_problem(key, version, kind)  # why the body cannot be decoded at this version
-        self.body = body if self.problem is None else None
-        self.header_values = header_value_count(self.header, self.header_version)  # skim values from the header
-        self._skim_program: SkimProgram | None = None
-
-    def skim_program(self, version: int) -> SkimProgram:
-        """Header, then body unless there is a problem: assembled on first use (the full decoder needs none)."""
-        if self._skim_program is None:
-            self._skim_program = skim_program(self.header, self.header_version, self.body, version)
-        return self._skim_program
+        self.body = None
+        if self.problem is None:
+            roles = EMBEDDED_ROLES.get((key, kind), ())
+            self.body = program_for(body, version, "body", roles)
+        self.programs = (self.header,) if self.body is None else (self.header, self.body)
 
 
 _layout = cache(_Layout)
-
-
-def _decode_body(msg: Message, buf, pos: int, end: int, variant: Variant,
-                 expand_records: RecordsExpander | None) -> None:
-    body, err = decode_struct(variant, msg.api_version, buf, pos, end, "body", expand_records)
-    msg.body = body
-    if err is not None:
-        msg.malformed = Malformed(err.offset, err.reason)
-        return
-    expand_embedded(msg, buf)
-    _trailing(msg, buf, body.end, end)
-
-
-def _trailing(msg: Message, buf, body_end: int, end: int) -> None:
-    if body_end < end:
-        msg.trailing = Field("_trailing", "bytes", body_end, end - body_end, bytes(buf[body_end:end]), None,
-                             f"{end - body_end} bytes after the end of the body")
 
 
 def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
@@ -127,96 +104,94 @@ def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
     return None
 
 
-def decode_request(buf, pos: int = 0, end: int | None = None,
-                   expand_records: RecordsExpander | None = None, skim: bool = False) -> Message:
+_HEADER_VERSION = {REQUEST: quirks.request_header_version, RESPONSE: quirks.response_header_version}
+_KEY_AND_VERSION = struct.Struct(">hh").unpack_from
+
+
+def decode_request(buf, pos: int = 0, end: int | None = None, *, skim: bool = False) -> Message:
     end = len(buf) if end is None else min(end, len(buf))
     if end - pos < 4:
         msg = Message(REQUEST, None, None, pos, end)
         msg.malformed = Malformed(pos, f"request header needs 4 bytes, {max(end - pos, 0)} present")
         return msg
     api_key, api_version = _KEY_AND_VERSION(buf, pos)
-    return _decode(Message(REQUEST, api_key, api_version, pos, end), buf, expand_records, skim)
+    return _decode(Message(REQUEST, api_key, api_version, pos, end), buf, skim)
 
 
-def decode_response(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,
-                    expand_records: RecordsExpander | None = None, skim: bool = False) -> Message:
+def decode_response(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None, *,
+                    skim: bool = False) -> Message:
     end = len(buf) if end is None else min(end, len(buf))
-    return _decode(Message(RESPONSE, api_key, api_version, pos, end), buf, expand_records, skim)
+    return _decode(Message(RESPONSE, api_key, api_version, pos, end), buf, skim)
 
 
-_HEADER_VERSION = {REQUEST: quirks.request_header_version, RESPONSE: quirks.response_header_version}
-_KEY_AND_VERSION = struct.Struct(">hh").unpack_from
-
-
-def _decode(msg: Message, buf, expand_records: RecordsExpander | None, skim: bool) -> Message:
-    """Header, then body; the header version follows from the body's (key, version).
-
-    With skim, no Field tree is built: the structure is checked all the same, and
-    only the values a one-line summary needs are kept (see skim.py).
-    """
-    layout = _layout(msg.kind, msg.api_key, msg.api_version)
-    msg.header_version = layout.header_version
-    if skim:
-        _skim(msg, buf, layout)
-    else:
-        _decode_fields(msg, buf, layout, expand_records)
-    return msg
-
-
-def _decode_fields(msg: Message, buf, layout: _Layout, expand_records: RecordsExpander | None) -> None:
-    header, err = decode_struct(layout.header, layout.header_version, buf, msg.offset, msg.end, "header")
-    msg.header = header
-    for c in header.children:
-        if c.name == "CorrelationId":
-            msg.correlation_id = c.value
-        elif c.name == "ClientId":
-            msg.client_id = c.value
-    if err is not None:
-        msg.malformed = Malformed(err.offset, err.reason)
-    elif layout.problem is not None:
-        msg.malformed = Malformed(msg.offset, layout.problem)
-    else:
-        _decode_body(msg, buf, header.end, msg.end, layout.body, expand_records)
-
-
-def _skim(msg: Message, buf, layout: _Layout) -> None:
-    found: list = []
-    program = layout.skim_program(msg.api_version)
-    body_end = run_skim(program.ops, program.names, buf, msg.offset, msg.end, found)
-    if body_end == REFUSED:
-        _skim_by_decoding(msg, buf, layout)
-        return
-    count = layout.header_values
-    for name, value in found[:count]:
-        if name == "CorrelationId":
-            msg.correlation_id = value
-        else:
-            msg.client_id = value
-    if layout.problem is not None:
-        msg.malformed = Malformed(msg.offset, layout.problem)
-        return
-    msg.skimmed = found[count:]
-    _trailing(msg, buf, body_end, msg.end)
-
-
-def _skim_by_decoding(msg: Message, buf, layout: _Layout) -> None:
-    """The skim refused the bytes: the full decoder says where and why, and gives the values a skim keeps."""
-    _decode_fields(msg, buf, layout, None)
-    if msg.body is not None:
-        msg.skimmed = kept_values(msg.body)
-    msg.header = msg.body = None
-
-
-def decode_response_for_request(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None,
-                                expand_records: RecordsExpander | None = None, skim: bool = False) -> Message:
+def decode_response_for_request(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None, *,
+                                skim: bool = False) -> Message:
     """Decode a response at its request's version, honouring Kafka's version fallbacks."""
     first = None
     for version in quirks.response_version_fallbacks(api_key, api_version):
-        msg = decode_response(buf, api_key, version, pos, end, expand_records, skim)
+        msg = decode_response(buf, api_key, version, pos, end, skim=skim)
         if msg.complete:
             return msg
         first = first or msg
     return first
+
+
+def _decode(msg: Message, buf, skim: bool) -> Message:
+    """Summarize header and body, and unless skimming make their Field trees; the header version follows
+    from the body's (key, version)."""
+    layout = _layout(msg.kind, msg.api_key, msg.api_version)
+    msg.header_version = layout.header_version
+    found = walker.summarize(layout.programs, buf, msg.offset, msg.end)
+    msg.correlation_id = found.correlation_id
+    msg.client_id = found.client_id
+    msg.acks = found.acks
+    msg.throttle_time_ms = found.throttle_time_ms
+    msg.errors = found.errors
+    msg.mentions = found.mentions
+    msg.batches = found.batches
+    msg.records = found.records
+    msg.suspicion = found.suspicion
+    header_end, body_end = found.stops[0], found.stops[-1]
+    if header_end >= 0 and layout.body is not None:
+        msg.body_offset = header_end
+    if found.malformed is not None:
+        msg.malformed = found.malformed
+    elif layout.problem is not None:
+        msg.malformed = Malformed(msg.offset, layout.problem)
+    elif body_end < msg.end:
+        msg.trailing = Field("_trailing", "bytes", body_end, msg.end - body_end, bytes(buf[body_end:msg.end]), None,
+                             f"{msg.end - body_end} bytes after the end of the body")
+    if not skim:
+        with_fields(msg, buf)
+    return msg
+
+
+def field_trees(msg: Message, buf, ctx=None) -> tuple[Field | None, Field | None]:
+    """The message's header and body as Field trees (body None when the header could not be read or the
+    version is unknown); `ctx` reads SASL tokens (sasl.TokenReader)."""
+    if msg.api_key is None:
+        return None, None
+    layout = _layout(msg.kind, msg.api_key, msg.api_version)
+    header, _ = walker.field_tree(layout.header, buf, msg.offset, msg.end)
+    body = None
+    if msg.body_offset is not None:
+        body, _ = walker.field_tree(layout.body, buf, msg.body_offset, msg.end, ctx)
+    return header, body
+
+
+def with_fields(msg: Message, buf, ctx=None) -> Message:
+    """Give the message its Field trees (see field_trees), kept on it."""
+    if msg.header is None:
+        msg.header, msg.body = field_trees(msg, buf, ctx)
+    return msg
+
+
+def json_body(msg: Message, buf, ctx=None, write=None) -> bytes | None:
+    """The body as JSON text (None when the header could not be read or the version is unknown)."""
+    if msg.body_offset is None:
+        return None
+    body = _layout(msg.kind, msg.api_key, msg.api_version).body
+    return walker.json_body(body, buf, msg.body_offset, msg.end, ctx, write)
 
 
 def all_versions(kind: str) -> Iterator[tuple[int, int]]:
@@ -225,4 +200,3 @@ def all_versions(kind: str) -> Iterator[tuple[int, int]]:
         for v in range(lo, hi + 1):
             if message_variant(key, kind, v) is not None:
                 yield key, v
-

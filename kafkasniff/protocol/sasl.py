@@ -1,19 +1,17 @@
 """SASL tokens: PLAIN credentials and SCRAM messages, with secrets marked.
 
 Tokens travel either raw (size-prefixed, after SaslHandshake v0) or inside
-SaslAuthenticate's AuthBytes. Parsed parts become child Fields of the token;
-passwords and SCRAM proofs get the type `secret`, which every renderer masks
-unless the user asks for secrets.
+SaslAuthenticate's AuthBytes (the walker asks a TokenReader). Parsed parts become
+child Fields of the token; passwords and SCRAM proofs get the type `secret`, which
+every renderer masks unless the user asks for secrets.
 """
 
 from __future__ import annotations
 
 from kafkasniff.protocol.fields import Field
-from kafkasniff.protocol.messages import Message
 
 SECRET = "secret"
 TOKEN = "sasl_token"
-SASL_AUTHENTICATE = 36
 _SCRAM_NAMES = {"n": "username", "r": "nonce", "s": "salt", "i": "iterations", "c": "channel_binding",
                 "p": "proof", "v": "server_signature", "e": "error", "a": "authorization_id"}
 _SCRAM_SECRETS = {"p"}
@@ -62,18 +60,23 @@ def parse_token(mechanism: str | None, token: bytes, from_client: bool, base: in
     return None
 
 
-def annotate_message(msg: Message, mechanism: str | None = None) -> None:
-    """Parse the AuthBytes of a SaslAuthenticate request or response in place."""
-    if msg.api_key != SASL_AUTHENTICATE or msg.body is None:
-        return
-    auth = msg.body.child("AuthBytes")
-    if auth is None or not auth.value:
-        return
-    parts = parse_token(mechanism, auth.value, msg.kind == "request", auth.end - len(auth.value))
-    if parts:
-        auth.type = TOKEN
-        auth.children = parts
+class TokenReader:
+    """Reads the SASL token in SaslAuthenticate's AuthBytes for the walker: `auth_fields` for the Field tree,
+    `auth_json` for JSON (secrets shown as `mask` unless `show_secrets`)."""
 
+    def __init__(self, mechanism: str | None, from_client: bool, mask: str, show_secrets: bool = False):
+        self.mechanism = mechanism
+        self.from_client = from_client
+        self.mask = mask
+        self.show_secrets = show_secrets
 
-def has_secrets(field: Field) -> bool:
-    return field.type == TOKEN and any(c.type == SECRET for c in field.children or ())
+    def auth_fields(self, token: bytes, base: int) -> list[Field] | None:
+        return parse_token(self.mechanism, token, self.from_client, base)
+
+    def auth_json(self, token: bytes) -> bytes | None:
+        import orjson
+
+        parts = parse_token(self.mechanism, token, self.from_client)
+        if not parts:
+            return None
+        return orjson.dumps({f.name: f.value if self.show_secrets or f.type != SECRET else self.mask for f in parts})

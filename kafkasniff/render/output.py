@@ -12,11 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from kafkasniff.protocol.entities import entity_paths, topic_bearing_prefixes
-from kafkasniff.protocol.fields import Field
-from kafkasniff.protocol.interpreter import TAGGED_FIELDS
-from kafkasniff.protocol.messages import Message
-from kafkasniff.render.jsonview import error_names, event_json
+from kafkasniff.render.jsonview import error_names, event_line as json_line
 from kafkasniff.render.oneline import event_line
 from kafkasniff.stream.session import MessageEvent
 
@@ -42,16 +38,6 @@ class OutputOptions:
     errors_only: bool = False
     stats: bool = False
     extra: dict = field(default_factory=dict)
-
-    @property
-    def needs_records(self) -> bool:
-        # --stats counts the records produced and fetched per topic.
-        return self.view != "line" or self.hex or self.stats
-
-    @property
-    def needs_fields(self) -> bool:
-        """Whether anything shown needs decoded fields; the one-line view alone needs only a skim."""
-        return self.view != "line" or self.hex or self.stats or bool(self.topics)
 
     @property
     def prints_events(self) -> bool:
@@ -82,9 +68,9 @@ class TopicNames:
         self.by_id: dict[str, str] = {}
 
     def resolve(self, mentions: list[list]) -> dict[str, int]:
-        """Mentions (from `topic_mentions`) as {topic: records}; learns the (id, name) pairs among them."""
+        """Mentions (Message.mentions) as {topic: records}; learns the (id, name) pairs among them."""
         found: dict[str, int] = {}
-        for name, topic_id, records in mentions:
+        for name, topic_id, records, _ in mentions:
             if name is not None and topic_id is not None:
                 self.by_id[topic_id] = name
             elif topic_id is not None:
@@ -93,72 +79,13 @@ class TopicNames:
         return found
 
 
-def topic_mentions(msg: Message) -> list[list]:
-    """[name, topic id, records carried] for every struct or list item naming a topic, in order."""
-    found: list[list] = []
-    if msg.body is not None and msg.api_key is not None:
-        paths = frozenset(entity_paths(msg.api_key, msg.kind, msg.api_version, "topicName"))
-        relevant = topic_bearing_prefixes(msg.api_key, msg.kind, msg.api_version)
-        _struct_mentions(msg.body, (), paths, relevant, None, found)
-    return found
-
-
 def event_mentions(ev: MessageEvent) -> list:
     """The message's topic mentions; for a response, None and then its request's."""
-    mentions = topic_mentions(ev.message)
+    mentions = list(ev.message.mentions)
     if ev.request is not None:
         mentions.append(None)
-        mentions += topic_mentions(ev.request.message)
+        mentions += ev.request.message.mentions
     return mentions
-
-
-def _struct_mentions(struct: Field, path: tuple, paths: frozenset, relevant: frozenset, topic: list | None,
-                     found: list) -> None:
-    members = list(_members(struct))
-    name = topic_id = None
-    for m in members:
-        if path + (m.name,) in paths and m.children is None and isinstance(m.value, str):
-            name = m.value
-        elif m.name == "TopicId" and m.type == "uuid" and m.value != NO_TOPIC_ID:
-            topic_id = m.value
-    if name is not None or topic_id is not None:
-        topic = [name, topic_id, 0]
-        found.append(topic)
-    for m in members:
-        here = path + (m.name,)
-        if here not in relevant:
-            continue  # nothing below can name a topic or carry records
-        if m.type == "records":
-            if topic is not None:
-                topic[2] += _record_count(m)
-        elif m.children is None:
-            continue
-        elif m.type.startswith("[]"):
-            items = m.children
-            if items and items[0].children is not None:
-                for item in items:
-                    _struct_mentions(item, here, paths, relevant, topic, found)
-            elif here in paths:
-                found.extend([item.value, None, 0] for item in items if isinstance(item.value, str))
-        else:
-            _struct_mentions(m, here, paths, relevant, topic, found)
-
-
-def _members(struct: Field):
-    """A struct's fields, tagged fields in line with the others."""
-    for c in struct.children or ():
-        if c.name == TAGGED_FIELDS:
-            yield from c.children or ()
-        else:
-            yield c
-
-
-def _record_count(records: Field) -> int:
-    """Data records decoded from a records field (control records are markers, not data)."""
-    from kafkasniff.protocol.records import records_of
-
-    return sum(len(records_of(item)) for item in records.children or ()
-               if item.type in ("RecordBatch", "Message") and not item.value["is_control"])
 
 
 class Output:
@@ -227,9 +154,18 @@ class Output:
         if self.tree is not None:
             self.tree.show(ev)
         elif o.view == "json":
-            self.out.write(orjson.dumps(event_json(ev, o.show_secrets, topics)).decode() + "\n")
+            self.write_bytes(json_line(ev, o.show_secrets, topics, self.write_bytes) + b"\n")
         else:
             self.out.write(event_line(ev, o.show_secrets) + "\n")
+
+    def write_bytes(self, data: bytes) -> None:
+        out = self.out
+        binary = getattr(out, "buffer", None)
+        if binary is not None:
+            out.flush()
+            binary.write(data)
+        else:
+            out.write(data.decode())
 
     # Parallel decoding: workers `render` events, the parent `deliver`s them in capture order,
     # resolving topic ids, which needs every earlier message of the capture.
@@ -250,7 +186,7 @@ class Output:
             mentions = event_mentions(ev)
         if self.options.view == "json":
             topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
-            return orjson.dumps(event_json(ev, self.options.show_secrets, topics)) + b"\n", mentions
+            return json_line(ev, self.options.show_secrets, topics) + b"\n", mentions
         return (event_line(ev, self.options.show_secrets) + "\n").encode(), mentions
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
@@ -265,13 +201,7 @@ class Output:
                     line = line.replace(_PLACEHOLDER_JSON, orjson.dumps(list(topics)), 1)
             chunks.append(line)
         self.shown += len(chunks)
-        out = self.out
-        binary = getattr(out, "buffer", None)
-        if binary is not None:
-            out.flush()
-            binary.write(b"".join(chunks))
-        else:
-            out.write(b"".join(chunks).decode())
+        self.write_bytes(b"".join(chunks))
 
     def _resolve(self, mentions: list) -> dict[str, int]:
         """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""

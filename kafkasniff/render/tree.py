@@ -17,16 +17,15 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from kafkasniff.protocol.fields import Field, Malformed
+from kafkasniff.protocol.fields import TAGGED_FIELDS, Field, Malformed
 from kafkasniff.protocol.identify import Identification
-from kafkasniff.protocol.interpreter import TAGGED_FIELDS, is_error_code_field
-from kafkasniff.protocol.messages import Message
+from kafkasniff.protocol.messages import Message, with_fields
 from kafkasniff.protocol.records import DECOMPRESSED_NOTE
 from kafkasniff.protocol.sasl import SECRET, TOKEN
 from kafkasniff.protocol.schema import api_name, apis
 from kafkasniff.render.bytemap import DETACHED_TYPES, Row, rows
 from kafkasniff.render.explain import message_rows
-from kafkasniff.render.jsonview import FRAME_PREFIX, MASK
+from kafkasniff.render.jsonview import FRAME_PREFIX, MASK, token_reader
 from kafkasniff.render.oneline import message_line, notice_line, sasl_line
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, show_bytes, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
@@ -34,7 +33,6 @@ from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 HEX_SHOWN = 8  # bytes per row shown unless --full
 _ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed"})
 _SECRET_BYTE = "••"
-API_KEY_FIELDS = frozenset({"ApiKey", "RequestApiKey"})
 
 
 def frame_rows(msg: Message, payload, limit: int | None) -> list[Row]:
@@ -117,17 +115,21 @@ class TreeView:
         self.limit = None if full else DEFAULT_MAX_VALUE
 
     def show(self, ev) -> None:
-        # The frame's bytes, for --hex, when the event keeps them (MessageEvent.payload).
-        text = self.render(ev, getattr(ev, "payload", None))
+        text = self.render(ev)
         if self.console is None:
             (self._out or sys.stdout).write(text.plain + "\n")
         else:
             self.console.print(text, soft_wrap=True)
 
-    def render(self, ev, payload: bytes | None = None) -> Text:
-        """One event; `payload` is a message's frame without its size prefix (--hex shows its bytes)."""
+    def render(self, ev) -> Text:
+        """One event; a message's Field trees are made for it and let go after."""
         if type(ev) is MessageEvent:
-            lines = self._message(ev, payload)
+            m = ev.message
+            with_fields(m, ev.payload, token_reader(m, self.show_secrets))
+            try:
+                lines = self._message(ev, ev.payload)
+            finally:
+                m.header = m.body = None  # a pending request must not keep its tree
         elif type(ev) is SaslTokenEvent:
             lines = self._sasl(ev)
         else:
@@ -136,14 +138,12 @@ class TreeView:
 
     # -- messages -------------------------------------------------------------------------------
 
-    def _message(self, ev: MessageEvent, payload: bytes | None) -> list[Text]:
+    def _message(self, ev: MessageEvent, payload: bytes) -> list[Text]:
         m = ev.message
         headline = Text(message_line(ev), style="bold")
         if self.hex:
-            frame = len(payload).to_bytes(4, "big") + payload if payload is not None else None
-            # message_rows reads only len(data): a range stands in for a payload the event does not keep.
-            rows_ = frame_rows(m, payload if payload is not None else range(m.size), self.limit)
-            parts = [headline, *self._hex_table(rows_, frame)]
+            frame = len(payload).to_bytes(4, "big") + payload
+            parts = [headline, *self._hex_table(frame_rows(m, payload, self.limit), frame)]
         else:
             tree = Node(headline)
             if m.header is not None:
@@ -186,7 +186,7 @@ class TreeView:
         elif f.type == TOKEN:
             self._members(node.add(self._label(f.name, "SASL token", f"{len(f.value)} bytes")), f)
         elif f.children is None or (f.children and f.children[0].type == "bits"):
-            style = "red" if is_error_code_field(f.name, f.type) and f.value else ""
+            style = "red" if f.role == "errorCode" and f.value else ""
             node.add(self._label(f.name, f.type, self._value(f), style))
         elif f.type.startswith("[]"):
             branch = node.add(self._label(f.name, f.type, f"{len(f.children)} items"))
@@ -201,7 +201,7 @@ class TreeView:
     def _value(self, f: Field) -> str:
         if f.children and f.children[0].type == "bits":
             return f"{f.value} (" + ", ".join(f"{c.name}={c.note or c.value}" for c in f.children) + ")"
-        if f.name in API_KEY_FIELDS and f.type == "int16" and f.value in apis():
+        if f.role == "apiKey" and f.value in apis():
             return f"{f.value} ({api_name(f.value)})"
         return show_value(f, self.limit)
 

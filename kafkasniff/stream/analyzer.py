@@ -9,20 +9,16 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from kafkasniff.capture.packets import TcpSegment
-from kafkasniff.protocol.interpreter import RecordsExpander
 from kafkasniff.stream import tcp
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
 from kafkasniff.stream.session import Session
 
 
 class Analyzer:
-    def __init__(self, expand_records: RecordsExpander | None = None, port_hints: Iterable[int] = (),
-                 max_frame: int = DEFAULT_MAX_FRAME, reassembler: tcp.TcpReassembler | None = None,
-                 skim: bool = False):
-        self.expand_records = expand_records
+    def __init__(self, port_hints: Iterable[int] = (), max_frame: int = DEFAULT_MAX_FRAME,
+                 reassembler: tcp.TcpReassembler | None = None):
         self.port_hints = frozenset(port_hints)
         self.max_frame = max_frame
-        self.skim = skim
         self.tcp = reassembler or tcp.TcpReassembler()
         self.sessions: dict[int, Session] = {}
         self.gaps = 0
@@ -65,7 +61,7 @@ class Analyzer:
         """A connection opened (from_start: its handshake was captured)."""
         client_side = 0 if b.port in self.port_hints else 1 if a.port in self.port_hints else None
         self.sessions[stream] = Session(stream, (a, b), client_side=client_side, from_start=(from_start, from_start),
-                                        expand_records=self.expand_records, max_frame=self.max_frame, skim=self.skim)
+                                        max_frame=self.max_frame)
 
     def stream_data(self, stream: int, direction: int, data: bytes, ts: float) -> list:
         """Bytes of a connection, in stream order."""

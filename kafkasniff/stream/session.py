@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import struct
 from kafkasniff.protocol import quirks, sasl
+from kafkasniff.protocol.embedded import SASL_AUTHENTICATE
 from kafkasniff.protocol.fields import Malformed
 from kafkasniff.protocol.identify import infer_response
-from kafkasniff.protocol.interpreter import RecordsExpander
-from kafkasniff.protocol.messages import Message, decode_request, decode_response_for_request
+from kafkasniff.protocol.messages import Message, decode_request, decode_response_for_request, with_fields
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Framer, Skipped
 from kafkasniff.stream.tcp import Endpoint
@@ -29,8 +29,6 @@ CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # A capture may start inside a large message (1 MiB Produce is common): look that far for a request.
 IDENTIFY_LIMIT = 4 * 1024 * 1024
 MAX_ORPHANS = 64
-# The session reads the SASL exchange itself (mechanism, outcome, credentials), even when skimming.
-FULLY_DECODED = frozenset({quirks.SASL_HANDSHAKE, sasl.SASL_AUTHENTICATE})
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -124,19 +122,16 @@ def is_tls_record(buf) -> bool:
 class Session:
     """Decode one connection. Sides are 0 and 1 (the caller's numbering)."""
 
-    __slots__ = ("stream", "endpoints", "from_start", "expand_records", "max_frame", "skim", "conn", "client_side",
+    __slots__ = ("stream", "endpoints", "from_start", "max_frame", "conn", "client_side",
                  "framers", "held", "held_bytes", "probes", "probe_failed", "probed_request", "pending", "orphans",
                  "sasl_raw", "sasl_mechanism", "ignored", "events")
 
     def __init__(self, stream: int, endpoints: tuple[Endpoint, Endpoint], *, client_side: int | None = None,
-                 from_start: tuple[bool, bool] = (False, False), expand_records: RecordsExpander | None = None,
-                 max_frame: int = DEFAULT_MAX_FRAME, skim: bool = False):
+                 from_start: tuple[bool, bool] = (False, False), max_frame: int = DEFAULT_MAX_FRAME):
         self.stream = stream
         self.endpoints = endpoints
         self.from_start = from_start
-        self.expand_records = expand_records
         self.max_frame = max_frame
-        self.skim = skim  # summaries only (see protocol/skim.py), except where the session must look inside
         self.conn: Connection | None = None
         self.client_side: int | None = None
         self.framers: list[Framer | None] = [None, None]
@@ -146,7 +141,7 @@ class Session:
         self.probes: list[Framer | None] = [Framer(self._request_plausible, max_frame, from_start[s], requests=True)
                                                 for s in (0, 1)]
         self.probe_failed = [False, False]
-        # (stream offset, message) of the request that told the client: skimmed already, not skimmed again.
+        # (stream offset, message) of the request that told the client: decoded already, not decoded again.
         self.probed_request: tuple[int, Message] | None = None
         self.pending: dict[int, MessageEvent] = {}
         # Responses whose request has not been seen (yet): a request stuck behind a hole in the
@@ -287,22 +282,24 @@ class Session:
                 self.events.append(SaslTokenEvent(self.conn, CLIENT_TO_SERVER, frame, self.sasl_mechanism))
                 return
         payload = frame.payload
-        skim = self.skim and len(payload) >= 2 and _I16.unpack_from(payload, 0)[0] not in FULLY_DECODED
         probed = self.probed_request
-        if probed is not None and skim and probed[0] == frame.stream_offset:
+        if probed is not None and probed[0] == frame.stream_offset:
             msg = probed[1]
             self.probed_request = None
         else:
-            msg = decode_request(payload, 0, None, self.expand_records, skim)
+            msg = decode_request(payload, skim=True)
         event = MessageEvent(self.conn, CLIENT_TO_SERVER, frame, msg)
         if msg.api_key is not None:
-            event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.value("Acks"))
+            event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.acks)
             if msg.correlation_id is not None and event.expects_response:
                 self.pending[msg.correlation_id] = event
-            if msg.api_key == quirks.SASL_HANDSHAKE and msg.body is not None:
-                mech = msg.body.child("Mechanism")
+            if msg.api_key == quirks.SASL_HANDSHAKE:
+                # The session reads the mechanism itself: later tokens are read by it.
+                mech = with_fields(msg, payload).body.child("Mechanism") if msg.body_offset is not None else None
                 self.sasl_mechanism = mech.value if mech else None
-        sasl.annotate_message(msg, self.sasl_mechanism)
+                msg.header = msg.body = None
+            elif msg.api_key == SASL_AUTHENTICATE:
+                msg.sasl_mechanism = self.sasl_mechanism
         if self.orphans and msg.correlation_id is not None:
             self._release_orphans(msg.correlation_id)  # older than this request: theirs is not coming
             self.events.append(event)
@@ -336,16 +333,14 @@ class Session:
             return
         if request is not None:
             req = request.message
-            msg = decode_response_for_request(payload, req.api_key, req.api_version, 0, None, self.expand_records,
-                                              self.skim and req.api_key not in FULLY_DECODED)
+            msg = decode_response_for_request(payload, req.api_key, req.api_version, skim=True)
             event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
             event.request = request
             event.latency_ms = (frame.ts - request.ts) * 1000.0
             if quirks.starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
-                error = msg.body.child("ErrorCode")
-                self._raw_sasl(error is not None and error.value == 0)
+                self._raw_sasl(not msg.errors)  # its ErrorCode is 0
         else:
-            fits = infer_response(payload, 0, None, self.expand_records)
+            fits = infer_response(payload)
             if fits:
                 msg = fits[0]
             else:
@@ -354,6 +349,7 @@ class Session:
                 msg.malformed = Malformed(0, "request not captured, and no response schema fits these bytes")
             event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
             event.inferred = bool(fits)
-        sasl.annotate_message(msg, self.sasl_mechanism)
+        if msg.api_key == SASL_AUTHENTICATE:
+            msg.sasl_mechanism = self.sasl_mechanism
         self.events.append(event)
 

@@ -1,0 +1,347 @@
+/* The summary builder: reads a whole message, keeps only what pairing, filters, statistics and the one-line
+ * view need. No Field objects; records are counted from batch headers, never decoded.
+ *
+ * Kept: the header's correlation id and client id, Produce's acks, ThrottleTimeMs, the non-zero error codes
+ * in wire order, and topic mentions: one per struct or array item that names a topic (by name or id), in
+ * the order a depth-first walk meets them, each with the data records and partitions found below it.
+ * Also how implausible the reading looks (unknown error codes, illegal nulls, unknown tags), which ranks
+ * the schemas that fit a response whose request was not captured.
+ */
+#include "walk.h"
+
+#define MAX_FRAMES 80
+
+typedef struct {
+    PyObject *mention;   /* [name, topic id, records, partitions] once the struct names a topic; borrowed */
+    Py_ssize_t order;    /* where its mention goes: depth-first order */
+    int64_t records;     /* data records found below, not yet given to a mention */
+    PyObject *partitions; /* partition numbers found below, not yet given to a mention (a list, or NULL) */
+} Frame;
+
+typedef struct {
+    Frame frames[MAX_FRAMES];
+    int depth;
+    PyObject *correlation_id, *client_id, *acks, *throttle;
+    PyObject *errors, *mentions;
+    int64_t batches, records;
+    int suspicion;
+} Summary;
+
+#define ZERO_UUID "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"
+
+static Frame *top(Summary *s) { return &s->frames[s->depth - 1]; }
+
+static int set_value(PyObject **slot, PyObject *value) {
+    if (value == NULL)
+        return -1;
+    Py_XSETREF(*slot, value);
+    return 0;
+}
+
+static PyObject *new_mention(void) {
+    PyObject *m = PyList_New(4);
+    if (m == NULL)
+        return NULL;
+    PyList_SET_ITEM(m, 0, Py_NewRef(Py_None));
+    PyList_SET_ITEM(m, 1, Py_NewRef(Py_None));
+    PyList_SET_ITEM(m, 2, PyLong_FromLong(0));
+    PyList_SET_ITEM(m, 3, PyList_New(0));
+    if (PyList_GET_ITEM(m, 2) == NULL || PyList_GET_ITEM(m, 3) == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The mention of the innermost struct, made (and put in depth-first order) on first use. */
+static PyObject *frame_mention(Summary *s) {
+    Frame *f = top(s);
+    if (f->mention == NULL) {
+        PyObject *m = new_mention();
+        if (m == NULL)
+            return NULL;
+        int failed = PyList_Insert(s->mentions, f->order, m);
+        Py_DECREF(m);
+        if (failed)
+            return NULL;
+        f->mention = m;
+    }
+    return f->mention;
+}
+
+static PyObject *uuid_text(const uint8_t *p) {
+    char text[37];
+    static const char hex[] = "0123456789abcdef";
+    int at = 0;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            text[at++] = '-';
+        text[at++] = hex[p[i] >> 4];
+        text[at++] = hex[p[i] & 15];
+    }
+    return PyUnicode_FromStringAndSize(text, 36);
+}
+
+static int add_partition(Summary *s, int64_t partition) {
+    Frame *f = top(s);
+    if (f->partitions == NULL && (f->partitions = PyList_New(0)) == NULL)
+        return -1;
+    PyObject *value = PyLong_FromLongLong(partition);
+    if (value == NULL)
+        return -1;
+    int failed = PyList_Append(f->partitions, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+static int s_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py_ssize_t at, const uint8_t *p) {
+    Summary *s = w->state;
+    switch (role) {
+    case R_NONE:
+        return 0;
+    case R_ERROR_CODE: {
+        int64_t code = fixed_value(kind, p);
+        int known = error_code_known(code);
+        if (known < 0)
+            return -1;
+        s->suspicion += !known;
+        if (!code)
+            return 0;
+        PyObject *value = PyLong_FromLongLong(code);
+        if (value == NULL)
+            return -1;
+        int failed = PyList_Append(s->errors, value);
+        Py_DECREF(value);
+        return failed;
+    }
+    case R_TOPIC_ID:
+        if (kind == K_UUID && memcmp(p, ZERO_UUID, 16) != 0) {
+            PyObject *m = frame_mention(s);
+            if (m == NULL)
+                return -1;
+            PyObject *id = uuid_text(p);
+            if (id == NULL)
+                return -1;
+            Py_SETREF(PyList_GET_ITEM(m, 1), id);
+        }
+        return 0;
+    case R_PARTITION:
+        return add_partition(s, fixed_value(kind, p));
+    case R_CORRELATION_ID:
+        return set_value(&s->correlation_id, PyLong_FromLongLong(fixed_value(kind, p)));
+    case R_ACKS:
+        return set_value(&s->acks, PyLong_FromLongLong(fixed_value(kind, p)));
+    case R_THROTTLE_TIME:
+        return set_value(&s->throttle, PyLong_FromLongLong(fixed_value(kind, p)));
+    }
+    return 0;
+}
+
+static int s_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
+                  const uint8_t *p, Py_ssize_t n, int not_nullable) {
+    Summary *s = w->state;
+    s->suspicion += not_nullable;
+    if (role == R_CLIENT_ID)
+        return set_value(&s->client_id, n < 0 ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8((const char *)p, n, NULL));
+    if (role != R_TOPIC_NAME || form != FORM_STRING || n < 0)
+        return 0;
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (topic == NULL)
+        return -1;
+    if (name == INDEX_NAME) { /* an item of a list of topic names: a mention of its own */
+        PyObject *m = new_mention();
+        if (m == NULL) {
+            Py_DECREF(topic);
+            return -1;
+        }
+        Py_SETREF(PyList_GET_ITEM(m, 0), topic);
+        int failed = PyList_Append(s->mentions, m);
+        Py_DECREF(m);
+        return failed;
+    }
+    PyObject *m = frame_mention(s);
+    if (m == NULL) {
+        Py_DECREF(topic);
+        return -1;
+    }
+    Py_SETREF(PyList_GET_ITEM(m, 0), topic);
+    return 0;
+}
+
+static int s_array_begin(Walker *w, int name, int type, int role, Py_ssize_t at, int64_t count) { return 0; }
+
+static int s_array_null(Walker *w, int name, int type, Py_ssize_t at, Py_ssize_t size, int not_nullable) {
+    ((Summary *)w->state)->suspicion += not_nullable;
+    return 0;
+}
+
+static int s_array_end(Walker *w, Py_ssize_t end, int ok) { return 0; }
+
+static int s_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ssize_t at) {
+    Summary *s = w->state;
+    if (s->depth >= MAX_FRAMES) {
+        PyErr_SetString(PyExc_RecursionError, "summary: structs nested too deep");
+        return -1;
+    }
+    Frame *f = &s->frames[s->depth++];
+    f->mention = NULL;
+    f->order = PyList_GET_SIZE(s->mentions);
+    f->records = 0;
+    f->partitions = NULL;
+    return 0;
+}
+
+/* What a struct found below it goes to its mention, or up to the struct around it. */
+static int s_struct_end(Walker *w, Py_ssize_t end, int ok) {
+    Summary *s = w->state;
+    Frame *f = top(s);
+    int failed = 0;
+    if (f->mention != NULL) {
+        if (f->records) {
+            PyObject *records = PyLong_FromLongLong(f->records);
+            if (records == NULL)
+                failed = 1;
+            else
+                Py_SETREF(PyList_GET_ITEM(f->mention, 2), records);
+        }
+        if (!failed && f->partitions != NULL)
+            Py_SETREF(PyList_GET_ITEM(f->mention, 3), Py_NewRef(f->partitions));
+    } else if (s->depth > 1) {
+        Frame *up = &s->frames[s->depth - 2];
+        up->records += f->records;
+        if (f->partitions != NULL) {
+            if (up->partitions == NULL)
+                up->partitions = Py_NewRef(f->partitions);
+            else
+                failed = PyList_SetSlice(up->partitions, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, f->partitions) < 0;
+        }
+    }
+    Py_CLEAR(f->partitions);
+    s->depth--;
+    return failed ? -1 : 0;
+}
+
+static int s_struct_null(Walker *w, int name, int type, Py_ssize_t at) { return 0; }
+
+static int s_tagged_begin(Walker *w, Py_ssize_t at) { return 0; }
+
+static int s_tagged_unknown(Walker *w, uint64_t tag, Py_ssize_t at, Py_ssize_t size, const uint8_t *p) {
+    ((Summary *)w->state)->suspicion++;
+    return 0;
+}
+
+static int s_tagged_end(Walker *w, Py_ssize_t end, uint64_t count, int ok) { return 0; }
+
+/* Counting records: batch headers say how many; a legacy message is one, a wrapper holds several. */
+
+static int c_malformed(Walker *w, void *st, const Span *span, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c,
+                       const char *d) { return 0; }
+static int c_partial(Walker *w, void *st, const Span *span, Py_ssize_t a, Py_ssize_t b, int m, int64_t t) {
+    return 0;
+}
+static int c_batch_begin(Walker *w, void *st, const Span *span, const BatchHeader *h) {
+    Summary *s = st;
+    s->batches++;
+    if (!(h->attributes & 0x20) && h->record_count > 0) { /* control records are markers, not data */
+        s->records += h->record_count;
+        top(s)->records += h->record_count;
+    }
+    return 0;
+}
+static int c_batch_records(Walker *w, void *st, const Span *o, const Span *i, Py_ssize_t a, Py_ssize_t b,
+                           const char *p, int t) { return 0; }
+static int c_record(Walker *w, void *st, const Span *span, const BatchHeader *h, const RecordInfo *r) { return 0; }
+static int c_batch_end(Walker *w, void *st, const BatchHeader *h, int64_t d) { return 0; }
+static int c_message_begin(Walker *w, void *st, const Span *span, const MessageInfo *m) { return 0; }
+static int c_wrapper(Walker *w, void *st, const Span *o, const Span *i, const MessageInfo *m, const char *p, int t) {
+    return 0;
+}
+static int c_message_end(Walker *w, void *st, const MessageInfo *m, int64_t records) {
+    Summary *s = st;
+    s->batches++;
+    s->records += records;
+    top(s)->records += records;
+    return 0;
+}
+
+static const RecordSink counter = {c_malformed, c_partial, c_batch_begin, c_batch_records, c_record,
+                                   c_batch_end, c_message_begin, c_wrapper, c_message_end};
+
+static int s_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at, Py_ssize_t n) {
+    return records_read(w, &counter, w->state, data_at, data_at + n, 0, 1);
+}
+
+static int s_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at,
+                      Py_ssize_t n) { return 0; }
+
+const Builder summary_builder = {s_fixed, s_text, s_array_begin, s_array_null, s_array_end,
+                                 s_struct_begin, s_struct_null, s_struct_end, s_tagged_begin, s_tagged_unknown,
+                                 s_tagged_end, s_records, s_embedded};
+
+/* summarize(programs, buf, pos, end, decompress_limit) -> (stops, failure, correlation_id, client_id, acks,
+ * throttle_time_ms, errors, mentions, batches, records, suspicion)
+ *
+ * programs: a tuple of Programs walked one after the other (a header, then its body). stops: where each
+ * ended (-1: it failed or was not reached); failure is None or (offset, reason) where the walk stopped. */
+PyObject *summarize(PyObject *self, PyObject *args) {
+    PyObject *programs;
+    Py_buffer buf;
+    Py_ssize_t pos, end;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "O!y*nnL:summarize", &PyTuple_Type, &programs, &buf, &pos, &end, &limit))
+        return NULL;
+    PyObject *result = NULL, *stops = NULL;
+    Summary s = {0};
+    s.errors = PyList_New(0);
+    s.mentions = PyList_New(0);
+    if (s.errors == NULL || s.mentions == NULL)
+        goto done;
+    if (pos < 0 || end > buf.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "summarize: range outside the buffer");
+        goto done;
+    }
+    Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &summary_builder, .state = &s,
+                .decompress_budget = limit};
+    Py_ssize_t at = pos, count = PyTuple_GET_SIZE(programs);
+    stops = PyTuple_New(count);
+    if (stops == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *program = PyTuple_GET_ITEM(programs, i);
+        if (!PyObject_TypeCheck(program, &ProgramType)) {
+            PyErr_SetString(PyExc_TypeError, "summarize: programs must be Programs");
+            goto done;
+        }
+        if (!w.failed)
+            walk_program(&w, (const Program *)program, at, end, &at);
+        PyObject *stop = PyLong_FromSsize_t(w.failed ? -1 : at);
+        if (stop == NULL)
+            goto done;
+        PyTuple_SET_ITEM(stops, i, stop);
+    }
+    if (w.failed == 2)
+        goto done;
+    PyObject *failure = Py_None;
+    if (w.failed)
+        failure = Py_BuildValue("(ns)", w.fail_at, w.reason);
+    else
+        Py_INCREF(failure);
+    if (failure == NULL)
+        goto done;
+    result = Py_BuildValue("(ONOOOOOOLLi)", stops, failure,
+                           s.correlation_id ? s.correlation_id : Py_None, s.client_id ? s.client_id : Py_None,
+                           s.acks ? s.acks : Py_None, s.throttle ? s.throttle : Py_None, s.errors, s.mentions,
+                           (long long)s.batches, (long long)s.records, s.suspicion);
+done:
+    for (int i = 0; i < s.depth; i++)
+        Py_CLEAR(s.frames[i].partitions);
+    Py_XDECREF(s.correlation_id);
+    Py_XDECREF(s.client_id);
+    Py_XDECREF(s.acks);
+    Py_XDECREF(s.throttle);
+    Py_XDECREF(s.errors);
+    Py_XDECREF(s.mentions);
+    Py_XDECREF(stops);
+    PyBuffer_Release(&buf);
+    return result;
+}

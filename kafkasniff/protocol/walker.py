@@ -1,0 +1,112 @@
+"""The walker's Python side: what the C walk (`_walk`) asks of Python, and the calls the rest of the package makes.
+
+The walk runs a program (program.py) over bytes with one builder per view:
+
+- `summarize`: ids, error codes, topics and record counts, no objects per field (pairing, filters, one line);
+- `field_tree`: the Field tree (-V, --hex, explain);
+- `json_body`: the body as JSON text (--json), records included, in the same pass.
+
+It calls back here only for what is rare or belongs to Python: names of error codes, decompression (cramjam,
+bounded per batch and per message), checksums (crc32c, zlib), programs of embedded schemas (the consumer
+protocol inside JoinGroup and SyncGroup, control records), SASL tokens, and float formatting.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from kafkasniff.protocol import _walk
+from kafkasniff.protocol.compression import MiB, DecompressedTooLarge, DecompressionFailed, decompress
+from kafkasniff.protocol.errors import error_name
+from kafkasniff.protocol.fields import Field, Malformed
+from kafkasniff.protocol.program import program_for
+from kafkasniff.protocol.schema import data_variant, data_version_range
+
+# Decompressed bytes one record batch, and one message in all, may produce: what is beyond is not shown.
+DEFAULT_MAX_DECOMPRESSED = 64 * MiB
+# Where JSON text is handed to its writer, between whole record batches.
+JSON_FLUSH_BYTES = 1 << 20
+
+# Schemas carried inside bytes fields, in the order of walk.h's enum embedded.
+EMBEDDED_SCHEMAS = ("ConsumerProtocolSubscription", "ConsumerProtocolAssignment", "ControlRecordTypeSchema",
+                    "EndTxnMarker")
+
+
+def embedded_program(which: int, version: int) -> _walk.Program | None:
+    """An embedded schema at the version its bytes give; like Kafka, a newer version is read with the newest
+    schema known (fields are only ever appended)."""
+    schema = EMBEDDED_SCHEMAS[which]
+    lo, hi = data_version_range(schema)
+    if version < lo:
+        return None
+    return program_for(data_variant(schema, min(version, hi)), min(version, hi), schema)
+
+
+def embedded_size(which: int) -> int:
+    """Bytes of an embedded schema's version 0 with default values: its int16 version and fixed fields."""
+    from kafkasniff.protocol.encoder import encode_struct
+
+    schema = EMBEDDED_SCHEMAS[which]
+    return 2 + len(encode_struct(data_variant(schema, 0), 0, {}))
+
+
+def crc32c(data) -> int:
+    # Imported on first use: the crc32c package takes ~60 ms to import, and the one-line view needs no CRC.
+    from crc32c import crc32c as compute
+
+    globals()["crc32c"] = compute
+    return compute(data)
+
+
+def float_json(value: float) -> bytes:
+    import orjson
+
+    return orjson.dumps(value)
+
+
+_walk.set_hooks({
+    "field_type": Field, "malformed_type": Malformed, "error_name": error_name, "decompress": decompress,
+    "decompression_failed": DecompressionFailed, "too_large": DecompressedTooLarge, "embedded": embedded_program,
+    "embedded_size": embedded_size, "crc32c": lambda data: crc32c(data), "crc32": zlib.crc32,
+    "float_json": float_json,
+})
+
+
+class Summary:
+    """What `summarize` found in a header and body."""
+
+    __slots__ = ("stops", "malformed", "correlation_id", "client_id", "acks", "throttle_time_ms", "errors",
+                 "mentions", "batches", "records", "suspicion")
+
+    def __init__(self, found: tuple):
+        (stop, failure, self.correlation_id, self.client_id, self.acks, self.throttle_time_ms, self.errors,
+         self.mentions, self.batches, self.records, self.suspicion) = found
+        self.stops = stop
+        self.malformed = Malformed(*failure) if failure is not None else None
+
+
+def summarize(programs: tuple, buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED) -> Summary:
+    return Summary(_walk.summarize(programs, buf, pos, end, limit))
+
+
+def field_tree(program: _walk.Program, buf, pos: int, end: int, ctx=None,
+               limit: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[Field, Malformed | None]:
+    """The Field tree of one struct in buf[pos:end], and where and why it stopped, if it did."""
+    root, _, failure = _walk.field_tree(program, buf, pos, end, ctx, limit)
+    return root, Malformed(*failure) if failure is not None else None
+
+
+def json_body(program: _walk.Program, buf, pos: int, end: int, ctx=None, write=None, prefix: int = 4,
+              limit: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
+    """The struct at buf[pos:end] as JSON text. With `write`, whole record batches go to write(bytes) as the
+    text grows, and the rest is returned. `prefix` is added to frame offsets in malformed records."""
+    return _walk.json_body(program, buf, pos, end, ctx, write, JSON_FLUSH_BYTES, prefix, limit)
+
+
+def records_fields(buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED,
+                   partial_ok: bool = True) -> list[Field]:
+    return _walk.records_fields(buf, pos, end, limit, partial_ok)
+
+
+def records_json(buf, pos: int, end: int, prefix: int = 4, limit: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
+    return _walk.records_json(buf, pos, end, prefix, limit)
