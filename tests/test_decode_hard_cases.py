@@ -499,7 +499,8 @@ def test_acks_zero_produce_expects_no_response(tmp_path):
     assert got == events  # nothing waits for a response, nothing is reported
     lines = run(path).splitlines()
     assert lines[events.index(response) + 1].endswith(
-        f"Produce v9 request corr=99 client='{produce['client_id']}' (no response expected) {len(frame) - 4}B")
+        f"Produce v9 request corr=99 client='{produce['client_id']}' (no response expected) {len(frame) - 4}B "
+        "kafka-python-none[0] 1 batch 1 record")
     assert sum("no response expected" in line for line in lines) == 1
 
 

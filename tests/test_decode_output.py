@@ -174,7 +174,8 @@ def test_tree_view_shows_header_body_batches_and_records():
     assert len(produce) == 8
     request = next(b for b in produce if "corr=3 " in b[0])
     assert request[:16] == [
-        "08:13:43.758093 #1 127.0.0.1:50650 → 127.0.0.1:9092 Produce v10 request corr=3 client='rdkafka' 1018B",
+        "08:13:43.758093 #1 127.0.0.1:50650 → 127.0.0.1:9092 Produce v10 request corr=3 client='rdkafka' 1018B "
+        "confluent-none[0] 1 batch 3 records",
         "├── header  RequestHeader v2",
         "│   ├── RequestApiKey: 0 (Produce)  int16",
         "│   ├── RequestApiVersion: 10  int16",
@@ -532,3 +533,20 @@ def test_unknown_api_name_is_a_clear_error():
     result = CliRunner().invoke(main, ["decode", "--api", "Produse", CONFLUENT])
     assert result.exit_code == 2
     assert "unknown API 'Produse'; `kafkasniff apis` lists the names and keys" in result.output
+
+
+def test_one_line_names_topics_partitions_batches_and_records_of_produce_and_fetch():
+    """Fetch v16 names its topics by id only: the line shows the name the capture's Metadata gave that id."""
+    lines = CliRunner().invoke(main, ["decode", CONFLUENT]).output.splitlines()
+    fetches = [json.loads(line) for line in CliRunner().invoke(main, ["decode", "--json", "--api", "fetch", CONFLUENT])
+               .output.splitlines()]
+    request = next(f for f in fetches if f["kind"] == "request" and f["api_version"] == 16)
+    assert "topic" not in request["body"]["topics"][0] and request["topics"] == ["confluent-none"]
+    line = next(line for line in lines if f"Fetch v16 request corr={request['correlation_id']} " in line
+                and f"#{request['stream']} " in line)
+    partitions = [p["partition"] for p in request["body"]["topics"][0]["partitions"]]
+    assert line.endswith(f" {request['size']}B confluent-none[{','.join(map(str, partitions))}]")
+    big = next(line for line in lines if "Fetch v16 response" in line and "1049966B" in line)
+    assert big.endswith(" confluent-none[2,1,0] 3 batches 6 records")
+    metadata = next(line for line in lines if "Metadata v12 response" in line)
+    assert "confluent-none" not in metadata  # only APIs that carry records name their topics

@@ -88,3 +88,17 @@ def data_version_range(name: str) -> tuple[int, int] | None:
 
 def is_flexible(variant: Variant, version: int) -> bool:
     return in_range(version, variant.flexible)
+
+
+def _has_role(fields: list[dict], structs: dict, role: str) -> bool:
+    return any(f.get("role") == role or _has_role(f.get("fields") or structs.get(f["type"].removeprefix("[]"), []),
+                                                   structs, role)
+               for f in fields)
+
+
+@cache
+def carries_records(api_key: int) -> bool:
+    """Whether the API's requests or responses hold record batches (Produce, Fetch, ShareFetch)."""
+    api = apis().get(api_key)
+    return api is not None and any(_has_role(v["fields"], v.get("structs", {}), "records")
+                                   for kind in ("request", "response") for v in api[kind])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from functools import lru_cache
 
+from kafkasniff.protocol.schema import carries_records
 from kafkasniff.render.jsonview import FRAME_PREFIX, error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent, endpoint_text
 
@@ -30,7 +31,28 @@ def _api_text(api_name: str | None, api_version: int | None, kind: str) -> str:
     return f"{api_name} v{api_version} {kind}" if api_name else f"? {kind}"
 
 
-def message_line(ev: MessageEvent) -> str:
+# Stands for the topics text in a line rendered by a parallel worker (a topic cannot be named so: NUL).
+TOPICS_SLOT = "\x00topics\x00"
+PARTITIONS_SHOWN = 12
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def topics_text(topics: dict[str, list]) -> str:
+    """ topic[partitions] for each topic a message names (as Output resolves them), with a leading space."""
+    parts = []
+    for name, (_, partitions) in topics.items():
+        shown = list(dict.fromkeys(partitions))
+        more = f",…+{len(shown) - PARTITIONS_SHOWN}" if len(shown) > PARTITIONS_SHOWN else ""
+        parts.append(f" {name}[{','.join(map(str, shown[:PARTITIONS_SHOWN]))}{more}]" if shown else f" {name}")
+    return "".join(parts)
+
+
+def message_line(ev: MessageEvent, topics: dict[str, list] | str | None = None) -> str:
+    """`topics`: the message's topics as Output resolves them (shown for APIs that carry records), or
+    TOPICS_SLOT where a parallel worker leaves them to the parent."""
     m = ev.message
     request = m.kind == "request"
     line = (f"{clock(ev.ts)} {_connection_text(ev.conn, '→' if request else '←')} "
@@ -44,6 +66,10 @@ def message_line(ev: MessageEvent) -> str:
         line += f" {ev.latency_ms:.3f}ms"
     if ev.inferred:
         line += " (request not captured: inferred)"
+    if topics is not None and carries_records(m.api_key):
+        line += topics if type(topics) is str else topics_text(topics)
+    if m.batches:
+        line += f" {_plural(m.batches, 'batch', 'batches')} {_plural(m.records, 'record', 'records')}"
     errors = error_names(m)
     if errors:
         line += " errors=" + ",".join(errors)
@@ -71,9 +97,9 @@ def notice_line(ev: NoticeEvent) -> str:
     return f"{clock(ev.ts)}{where} ! {ev.text}{size}"
 
 
-def event_line(ev, show_secrets: bool = False) -> str:
+def event_line(ev, show_secrets: bool = False, topics: dict[str, list] | str | None = None) -> str:
     if type(ev) is MessageEvent:
-        return message_line(ev)
+        return message_line(ev, topics)
     if type(ev) is SaslTokenEvent:
         return sasl_line(ev, show_secrets)
     return notice_line(ev)

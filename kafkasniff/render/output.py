@@ -12,8 +12,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from kafkasniff.protocol.schema import carries_records
 from kafkasniff.render.jsonview import error_names, event_line as json_line
-from kafkasniff.render.oneline import event_line
+from kafkasniff.render.oneline import TOPICS_SLOT, event_line, topics_text
 from kafkasniff.stream.session import MessageEvent
 
 # The tree view, statistics and records (rich, the codecs) are imported by the views that use them:
@@ -23,6 +24,7 @@ NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 # Stands for the topics list in JSON rendered by a parallel worker; a topic cannot be named so (NUL).
 TOPICS_PLACEHOLDER = "\x00topics\x00"
 _PLACEHOLDER_JSON = orjson.dumps([TOPICS_PLACEHOLDER])
+_SLOT_BYTES = TOPICS_SLOT.encode()
 
 
 @dataclass
@@ -67,16 +69,29 @@ class TopicNames:
     def __init__(self) -> None:
         self.by_id: dict[str, str] = {}
 
-    def resolve(self, mentions: list[list]) -> dict[str, int]:
-        """Mentions (Message.mentions) as {topic: records}; learns the (id, name) pairs among them."""
-        found: dict[str, int] = {}
-        for name, topic_id, records, _ in mentions:
+    def resolve(self, mentions: list[list]) -> dict[str, list]:
+        """Mentions (Message.mentions) as {topic: [records, partitions]}; learns the (id, name) pairs among them."""
+        found: dict[str, list] = {}
+        for name, topic_id, records, partitions in mentions:
             if name is not None and topic_id is not None:
                 self.by_id[topic_id] = name
             elif topic_id is not None:
                 name = self.by_id.get(topic_id, topic_id)
-            found[name] = found.get(name, 0) + records
+            entry = found.get(name)
+            if entry is None:
+                found[name] = [records, list(partitions)]
+            else:
+                entry[0] += records
+                entry[1] += partitions
         return found
+
+
+def learns_or_shows_topics(ev: MessageEvent) -> bool:
+    """Whether the one-line view needs the event's topic mentions: to show them (Produce, Fetch), or to learn
+    topic ids from them (Metadata, CreateTopics, ... name a topic and give its id together)."""
+    m = ev.message
+    return carries_records(m.api_key) or any(name is not None and topic_id is not None
+                                             for name, topic_id, _, _ in m.mentions)
 
 
 def event_mentions(ev: MessageEvent) -> list:
@@ -110,8 +125,8 @@ class Output:
     def out(self) -> TextIO:
         return self._out or sys.stdout
 
-    def event_topics(self, ev: MessageEvent) -> dict[str, int]:
-        """Topics of the message (a response adds its request's) with records carried for each."""
+    def event_topics(self, ev: MessageEvent) -> dict[str, list]:
+        """Topics of the message (a response adds its request's) with [records, partitions] for each."""
         return self._resolve(event_mentions(ev))
 
     def wanted(self, ev, topics: dict[str, int] | None = None) -> bool:
@@ -142,7 +157,7 @@ class Output:
     def emit(self, ev) -> None:
         o = self.options
         topics = None
-        if type(ev) is MessageEvent and (o.topics or o.stats or o.view == "json"):
+        if type(ev) is MessageEvent and (o.topics or o.stats or o.view != "line" or learns_or_shows_topics(ev)):
             topics = self.event_topics(ev)
         if not self.wanted(ev, topics):
             return
@@ -152,11 +167,11 @@ class Output:
         if not o.prints_events:
             return
         if self.tree is not None:
-            self.tree.show(ev)
+            self.tree.show(ev, topics)
         elif o.view == "json":
             self.write_bytes(json_line(ev, o.show_secrets, topics, self.write_bytes) + b"\n")
         else:
-            self.out.write(event_line(ev, o.show_secrets) + "\n")
+            self.out.write(event_line(ev, o.show_secrets, topics) + "\n")
 
     def write_bytes(self, data: bytes) -> None:
         out = self.out
@@ -178,16 +193,18 @@ class Output:
     def render(self, ev) -> tuple[bytes, list | None] | None:
         """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it.
 
-        A JSON line holds TOPICS_PLACEHOLDER where `deliver` puts the resolved topics."""
+        A JSON line holds TOPICS_PLACEHOLDER, a one-line view's line TOPICS_SLOT, where `deliver` puts the
+        resolved topics."""
         if not self.wanted_apart_from_topics(ev):
             return None
+        o = self.options
         mentions = None
-        if type(ev) is MessageEvent and (self.options.topics or self.options.view == "json"):
+        if type(ev) is MessageEvent and (o.topics or o.view == "json" or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
-        if self.options.view == "json":
+        if o.view == "json":
             topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
-            return json_line(ev, self.options.show_secrets, topics) + b"\n", mentions
-        return (event_line(ev, self.options.show_secrets) + "\n").encode(), mentions
+            return json_line(ev, o.show_secrets, topics) + b"\n", mentions
+        return (event_line(ev, o.show_secrets, TOPICS_SLOT) + "\n").encode(), mentions
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
         """Write rendered events, in capture order."""
@@ -199,18 +216,20 @@ class Output:
                     continue
                 if self.options.view == "json":
                     line = line.replace(_PLACEHOLDER_JSON, orjson.dumps(list(topics)), 1)
+                else:
+                    line = line.replace(_SLOT_BYTES, topics_text(topics).encode(), 1)
             chunks.append(line)
         self.shown += len(chunks)
         self.write_bytes(b"".join(chunks))
 
-    def _resolve(self, mentions: list) -> dict[str, int]:
+    def _resolve(self, mentions: list) -> dict[str, list]:
         """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""
         if None not in mentions:
             return self.topic_names.resolve(mentions)
         split = mentions.index(None)
         found = self.topic_names.resolve(mentions[:split])
         for name in self.topic_names.resolve(mentions[split + 1:]):
-            found.setdefault(name, 0)
+            found.setdefault(name, [0, []])
         return found
 
     def finish(self) -> None:

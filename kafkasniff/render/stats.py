@@ -117,8 +117,8 @@ class Stats:
         self.sasl_tokens = 0
         self.notices: Counter[str] = Counter()
 
-    def observe(self, ev, topics: dict[str, int] | None = None) -> None:
-        """Count one event; `topics` maps each topic the message is about to the records it carries."""
+    def observe(self, ev, topics: dict[str, list] | None = None) -> None:
+        """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
         kind = type(ev)
         if kind is SaslTokenEvent:
             self.sasl_tokens += 1
@@ -127,7 +127,7 @@ class Stats:
         elif kind is MessageEvent:
             self._message(ev, topics or {})
 
-    def _message(self, ev: MessageEvent, topics: dict[str, int]) -> None:
+    def _message(self, ev: MessageEvent, topics: dict[str, list]) -> None:
         m = ev.message
         api = self.apis.get(m.api_key)
         if api is None:
@@ -152,7 +152,7 @@ class Stats:
         client.requests += request
         client.bytes += m.size
         client.errors += bool(errors)
-        for name, records in topics.items():
+        for name, (records, _) in topics.items():
             topic = self.topics.get(name)
             if topic is None:
                 topic = self.topics[name] = TopicStats()

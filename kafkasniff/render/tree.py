@@ -114,20 +114,21 @@ class TreeView:
         self.full = full
         self.limit = None if full else DEFAULT_MAX_VALUE
 
-    def show(self, ev) -> None:
-        text = self.render(ev)
+    def show(self, ev, topics: dict[str, list] | None = None) -> None:
+        text = self.render(ev, topics)
         if self.console is None:
             (self._out or sys.stdout).write(text.plain + "\n")
         else:
             self.console.print(text, soft_wrap=True)
 
-    def render(self, ev) -> Text:
-        """One event; a message's Field trees are made for it and let go after."""
+    def render(self, ev, topics: dict[str, list] | None = None) -> Text:
+        """One event (`topics`: its topics as Output resolves them, for the headline); a message's Field trees
+        are made for it and let go after."""
         if type(ev) is MessageEvent:
             m = ev.message
             with_fields(m, ev.payload, token_reader(m, self.show_secrets))
             try:
-                lines = self._message(ev, ev.payload)
+                lines = self._message(ev, ev.payload, topics)
             finally:
                 m.header = m.body = None  # a pending request must not keep its tree
         elif type(ev) is SaslTokenEvent:
@@ -138,9 +139,9 @@ class TreeView:
 
     # -- messages -------------------------------------------------------------------------------
 
-    def _message(self, ev: MessageEvent, payload: bytes) -> list[Text]:
+    def _message(self, ev: MessageEvent, payload: bytes, topics: dict[str, list] | None) -> list[Text]:
         m = ev.message
-        headline = Text(message_line(ev), style="bold")
+        headline = Text(message_line(ev, topics), style="bold")
         if self.hex:
             frame = len(payload).to_bytes(4, "big") + payload
             parts = [headline, *self._hex_table(frame_rows(m, payload, self.limit), frame)]
