@@ -19,17 +19,18 @@ def has_size_prefix(data: bytes) -> bool:
     return len(data) >= 4 and struct.unpack_from(">i", data)[0] == len(data) - 4
 
 
-def infer_response(buf, pos: int = 0, end: int | None = None, fields: bool = False) -> list[Message]:
-    """Every response interpretation that consumes the bytes exactly, most plausible first."""
+# Records made as Fields for an explanation; past it they are counted (see messages.field_trees).
+RECORDS_EXPLAINED = 10_000
+
+
+def infer_response(buf, pos: int = 0, end: int | None = None) -> list[Message]:
+    """Every response interpretation that consumes the bytes exactly, most plausible first (summaries only)."""
     fits = []
     for key, version in all_versions("response"):
         msg = decode_response(buf, key, version, pos, end, skim=True)
         if msg.complete:
             fits.append(msg)
-    ranked = sorted(fits, key=lambda m: (m.suspicion, m.api_key, m.api_version))
-    if ranked and fields:
-        with_fields(ranked[0], buf)
-    return ranked
+    return sorted(fits, key=lambda m: (m.suspicion, m.api_key, m.api_version))
 
 
 @dataclass
@@ -42,17 +43,24 @@ class Identification:
 
 def identify(data: bytes, kind: str | None = None, api_key: int | None = None,
              api_version: int | None = None) -> Identification:
+    """The most plausible reading of `data`, with its Field trees."""
+    found = _identified(data, kind, api_key, api_version)
+    with_fields(found.message, data, record_limit=RECORDS_EXPLAINED)
+    return found
+
+
+def _identified(data: bytes, kind: str | None, api_key: int | None, api_version: int | None) -> Identification:
     prefixed = has_size_prefix(data)
     start = 4 if prefixed else 0
     if kind != "request" and api_key is not None and api_version is not None:
-        msg = decode_response_for_request(data, api_key, api_version, start, None)
+        msg = decode_response_for_request(data, api_key, api_version, start, None, skim=True)
         if kind == "response" or msg.complete:
             return Identification(msg, prefixed)
     if kind != "response":
-        msg = decode_request(data, start, None)
+        msg = decode_request(data, start, None, skim=True)
         if kind == "request" or msg.complete:
             return Identification(msg, prefixed)
-    fits = infer_response(data, start, None, fields=True)
+    fits = infer_response(data, start, None)
     if fits:
         best, others = fits[0], fits[1:]
         why = (f"assumed a {best.api_name} v{best.api_version} response: it is the most plausible of "
@@ -60,5 +68,5 @@ def identify(data: bytes, kind: str | None = None, api_key: int | None = None,
                f"assumed a {best.api_name} v{best.api_version} response: the only schema that consumes the "
                f"bytes exactly")
         return Identification(best, prefixed, why, [(m.api_name, m.api_version) for m in others])
-    return Identification(decode_request(data, start, None), prefixed,
+    return Identification(decode_request(data, start, None, skim=True), prefixed,
                           "no request or response schema consumes these bytes exactly; shown as a request")

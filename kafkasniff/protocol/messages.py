@@ -166,23 +166,24 @@ def _decode(msg: Message, buf, skim: bool) -> Message:
     return msg
 
 
-def field_trees(msg: Message, buf, ctx=None) -> tuple[Field | None, Field | None]:
+def field_trees(msg: Message, buf, ctx=None, record_limit: int = 0) -> tuple[Field | None, Field | None]:
     """The message's header and body as Field trees (body None when the header could not be read or the
-    version is unknown); `ctx` reads SASL tokens (sasl.TokenReader)."""
+    version is unknown); `ctx` reads SASL tokens (sasl.TokenReader). Views that hold a whole tree set a
+    `record_limit`: records past it are counted in one RecordsNotShown Field, not made."""
     if msg.api_key is None:
         return None, None
     layout = _layout(msg.kind, msg.api_key, msg.api_version)
     header, _ = walker.field_tree(layout.header, buf, msg.offset, msg.end)
     body = None
     if msg.body_offset is not None:
-        body, _ = walker.field_tree(layout.body, buf, msg.body_offset, msg.end, ctx)
+        body, _ = walker.field_tree(layout.body, buf, msg.body_offset, msg.end, ctx, record_limit=record_limit)
     return header, body
 
 
-def with_fields(msg: Message, buf, ctx=None) -> Message:
+def with_fields(msg: Message, buf, ctx=None, record_limit: int = 0) -> Message:
     """Give the message its Field trees (see field_trees), kept on it."""
     if msg.header is None:
-        msg.header, msg.body = field_trees(msg, buf, ctx)
+        msg.header, msg.body = field_trees(msg, buf, ctx, record_limit)
     return msg
 
 

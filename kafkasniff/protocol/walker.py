@@ -89,10 +89,11 @@ def summarize(programs: tuple, buf, pos: int, end: int, limit: int = DEFAULT_MAX
     return Summary(_walk.summarize(programs, buf, pos, end, limit))
 
 
-def field_tree(program: _walk.Program, buf, pos: int, end: int, ctx=None,
-               limit: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[Field, Malformed | None]:
-    """The Field tree of one struct in buf[pos:end], and where and why it stopped, if it did."""
-    root, _, failure = _walk.field_tree(program, buf, pos, end, ctx, limit)
+def field_tree(program: _walk.Program, buf, pos: int, end: int, ctx=None, limit: int = DEFAULT_MAX_DECOMPRESSED,
+               record_limit: int = 0) -> tuple[Field, Malformed | None]:
+    """The Field tree of one struct in buf[pos:end], and where and why it stopped, if it did. Past
+    `record_limit` records (0: no limit), the rest of a records list is one RecordsNotShown Field."""
+    root, _, failure = _walk.field_tree(program, buf, pos, end, ctx, limit, record_limit)
     return root, Malformed(*failure) if failure is not None else None
 
 
@@ -103,9 +104,9 @@ def json_body(program: _walk.Program, buf, pos: int, end: int, ctx=None, write=N
     return _walk.json_body(program, buf, pos, end, ctx, write, JSON_FLUSH_BYTES, prefix, limit)
 
 
-def records_fields(buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED,
-                   partial_ok: bool = True) -> list[Field]:
-    return _walk.records_fields(buf, pos, end, limit, partial_ok)
+def records_fields(buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED, partial_ok: bool = True,
+                   record_limit: int = 0) -> list[Field]:
+    return _walk.records_fields(buf, pos, end, limit, partial_ok, record_limit)
 
 
 def records_json(buf, pos: int, end: int, prefix: int = 4, limit: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:

@@ -31,7 +31,9 @@ from kafkasniff.render.values import DEFAULT_MAX_VALUE, show_bytes, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
 HEX_SHOWN = 8  # bytes per row shown unless --full
-_ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed"})
+# Records of one message made into Fields for this view; past it they are counted in one line (memory).
+RECORDS_SHOWN = 10_000
+_ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed", "RecordsNotShown"})
 _SECRET_BYTE = "••"
 
 
@@ -126,7 +128,7 @@ class TreeView:
         are made for it and let go after."""
         if type(ev) is MessageEvent:
             m = ev.message
-            with_fields(m, ev.payload, token_reader(m, self.show_secrets))
+            with_fields(m, ev.payload, token_reader(m, self.show_secrets), RECORDS_SHOWN)
             try:
                 lines = self._message(ev, ev.payload, topics)
             finally:
@@ -219,6 +221,9 @@ class TreeView:
     def _item(self, node: Node, item: Field, shift: int) -> None:
         if item.type == "Malformed":
             node.add(self._malformed(item.value, shift))
+            return
+        if item.type == "RecordsNotShown":
+            node.add(Text(item.note, style="yellow"))
             return
         if item.type == "PartialBatch":
             branch = node.add(Text(item.note, style="yellow"))

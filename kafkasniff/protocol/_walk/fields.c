@@ -80,7 +80,7 @@ enum {
     S_BITS, S_LENGTH, S_ATTRIBUTES, S_TIMESTAMP_DELTA, S_OFFSET_DELTA, S_KEY, S_VALUE, S_HEADERS, S_HEADER_LIST,
     S_HEADER_NAME, S_HEADER_TYPE, S_VARINT, S_VARLONG, S_CODEC, S_TIMESTAMP_TYPE, S_IS_TRANSACTIONAL,
     S_IS_CONTROL, S_HAS_DELETE_HORIZON, S_VERSION, S_CONTROL_KEY, S_CONTROL_VALUE, S_TOKEN, S_NOT_NULLABLE,
-    S_COUNT
+    S_UNSHOWN_NAME, S_UNSHOWN_TYPE, S_COUNT
 };
 static const char *const constant_texts[S_COUNT] = {
     "string", "bytes", "records", "_tagged_fields", "tagged_fields", "unknown_tag", "malformed", "Malformed",
@@ -88,7 +88,8 @@ static const char *const constant_texts[S_COUNT] = {
     "[]DecompressedRecord", "[]DecompressedMessage", "messages", "message", "Message", "bits", "length",
     "attributes", "timestamp_delta", "offset_delta", "key", "value", "headers", "[]Header", "header", "Header",
     "varint", "varlong", "codec", "timestamp_type", "is_transactional", "is_control", "has_delete_horizon",
-    "Version", "ControlRecordKey", "ControlRecordValue", "sasl_token", "not nullable at this version"};
+    "Version", "ControlRecordKey", "ControlRecordValue", "sasl_token", "not nullable at this version",
+    "records_not_shown", "RecordsNotShown"};
 static PyObject *constants[S_COUNT];
 static PyObject *kind_names[K_COUNT];
 static PyObject *role_names[R_COUNT];
@@ -190,9 +191,17 @@ typedef struct {
     PyObject *root;      /* owned */
     PyObject *ctx;
     /* records */
-    PyObject *batch;            /* borrowed: the open batch Field */
-    PyObject *records_field;    /* borrowed: its records Field */
+    PyObject *records_field;    /* borrowed: the open batch's records Field */
     int records_problem;        /* that Field's note says why there are no records */
+    int64_t record_limit;       /* records made as Fields per walk (0: no limit); the rest are counted */
+    int64_t records_made;
+    struct {                    /* records past the limit, in the open records list */
+        int open;
+        Py_ssize_t start, end;
+        int64_t count;
+    } unshown;
+    int skipped_messages;       /* open legacy messages past the limit, not made */
+    int skipping_batch;         /* the open batch is past the limit: not made */
 } Fields;
 
 static Level *current(Fields *s) { return &s->levels[s->depth - 1]; }
@@ -461,8 +470,42 @@ static PyObject *malformed_value(Py_ssize_t at, const char *reason) {
     return PyObject_CallFunction(hook(H_MALFORMED_TYPE), "ns", at, reason);
 }
 
+/* Past the record limit, records (and what lies between them) are counted into one item, not made. */
+static int over_limit(Fields *s) { return s->record_limit && s->records_made >= s->record_limit; }
+
+static void unshown_add(Fields *s, Py_ssize_t start, Py_ssize_t end, int64_t count) {
+    if (!s->unshown.open) {
+        s->unshown.open = 1;
+        s->unshown.start = start;
+        s->unshown.count = 0;
+    }
+    s->unshown.end = end;
+    s->unshown.count += count;
+}
+
+static int unshown_flush(Fields *s) {
+    if (!s->unshown.open)
+        return 0;
+    s->unshown.open = 0;
+    PyObject *note = PyUnicode_FromFormat("%lld more records in %zd bytes, past the %lld this view makes; --json shows "
+                                          "them all", (long long)s->unshown.count,
+                                          s->unshown.end - s->unshown.start, (long long)s->record_limit);
+    if (note == NULL)
+        return -1;
+    return add(s, make(constants[S_UNSHOWN_NAME], constants[S_UNSHOWN_TYPE], s->unshown.start,
+                       s->unshown.end - s->unshown.start, PyLong_FromLongLong(s->unshown.count), NULL, note),
+               0);
+}
+
 static int rf_malformed(Walker *w, void *st, const Span *span, Py_ssize_t start, Py_ssize_t end, Py_ssize_t at,
                         const char *reason) {
+    Fields *s = st;
+    if (s->skipping_batch)
+        return 0;
+    if (over_limit(s)) {
+        unshown_add(s, start, end, 0);
+        return 0;
+    }
     PyObject *note = PyUnicode_FromFormat("offset %zd: %s", at, reason);
     PyObject *value = malformed_value(at, reason);
     if (note == NULL || value == NULL) {
@@ -478,6 +521,12 @@ static int rf_malformed(Walker *w, void *st, const Span *span, Py_ssize_t start,
 static int rf_partial(Walker *w, void *st, const Span *span, Py_ssize_t start, Py_ssize_t end, int magic,
                       int64_t total) {
     Py_ssize_t present = end - start;
+    if (over_limit(st)) {
+        unshown_add(st, start, end, 0);
+        return 0;
+    }
+    if (unshown_flush(st) < 0)
+        return -1;
     static const char *const keys[] = {"magic", "bytes_present", "bytes_total"};
     PyObject *values[] = {magic == NO_MAGIC ? Py_NewRef(Py_None) : PyLong_FromLong(magic),
                           PyLong_FromSsize_t(present),
@@ -505,6 +554,14 @@ static const char *const TIMESTAMP_TYPES[] = {"CreateTime", "LogAppendTime"};
 static int rf_batch_begin(Walker *w, void *st, const Span *span, const BatchHeader *h) {
     Fields *s = st;
     int codec = h->attributes & 7, ts_type = (h->attributes >> 3) & 1;
+    if (over_limit(s)) {
+        s->skipping_batch = 1;
+        unshown_add(s, h->start, h->end, h->record_count > 0 ? h->record_count : 0);
+        return 0;
+    }
+    if (unshown_flush(s) < 0)
+        return -1;
+    s->records_made++;
     PyObject *kids = header_fields(span->b, h->start, h->end, batch_layout);
     if (kids == NULL)
         return -1;
@@ -531,17 +588,16 @@ static int rf_batch_begin(Walker *w, void *st, const Span *span, const BatchHead
         Py_DECREF(kids);
         return -1;
     }
-    PyObject *batch = make(constants[S_BATCH_NAME], constants[S_BATCH_TYPE], h->start, h->end - h->start, value,
-                           kids, NULL);
-    if (add(s, batch, 1) < 0)
-        return -1;
-    s->batch = batch;
-    return 0;
+    return add(s, make(constants[S_BATCH_NAME], constants[S_BATCH_TYPE], h->start, h->end - h->start, value, kids,
+                       NULL),
+               1);
 }
 
 static int rf_batch_records(Walker *w, void *st, const Span *outer, const Span *records, Py_ssize_t at,
                             Py_ssize_t end, const char *problem, int too_large) {
     Fields *s = st;
+    if (s->skipping_batch)
+        return 0;
     PyObject *kids = PyList_New(0);
     if (kids == NULL)
         return -1;
@@ -629,6 +685,13 @@ static int control_part(Walker *w, PyObject *field, const Span *span, const uint
 static int rf_record(Walker *w, void *st, const Span *span, const BatchHeader *h, const RecordInfo *r) {
     Fields *s = st;
     const uint8_t *b = span->b;
+    if (s->skipping_batch)
+        return 0;
+    if (over_limit(s)) {
+        unshown_add(s, r->start, r->end, 1);
+        return 0;
+    }
+    s->records_made++;
     PyObject *header_list = PyList_New(0), *header_pairs = PyList_New(0);
     if (header_list == NULL || header_pairs == NULL)
         goto fail_lists;
@@ -705,6 +768,12 @@ fail_lists:
 static int rf_batch_end(Walker *w, void *st, const BatchHeader *h, int64_t decoded) {
     Fields *s = st;
     PyObject *records = s->records_field;
+    if (s->skipping_batch) {
+        s->skipping_batch = 0;
+        return 0;
+    }
+    if (unshown_flush(s) < 0)
+        return -1;
     if (records != NULL && !s->records_problem) {
         int detached = ((FieldObject *)records)->type == constants[S_DECOMPRESSED_RECORDS];
         PyObject *note = NULL;
@@ -722,13 +791,20 @@ static int rf_batch_end(Walker *w, void *st, const BatchHeader *h, int64_t decod
         close_level(s, ((FieldObject *)records)->offset + ((FieldObject *)records)->length);
     s->records_field = NULL;
     close_level(s, h->end);
-    s->batch = NULL;
     return 0;
 }
 
 static int rf_message_begin(Walker *w, void *st, const Span *span, const MessageInfo *m) {
     Fields *s = st;
     const uint8_t *b = span->b;
+    if (s->skipped_messages || over_limit(s)) {
+        s->skipped_messages++;
+        unshown_add(s, m->start, m->end, m->record_count);
+        return 0;
+    }
+    if (unshown_flush(s) < 0)
+        return -1;
+    s->records_made++;
     int codec = m->attributes & 7;
     PyObject *kids = header_fields(b, m->start, m->end, m->magic == 1 ? message1_layout : message0_layout);
     if (kids == NULL)
@@ -794,9 +870,16 @@ static int rf_wrapper(Walker *w, void *st, const Span *outer, const Span *inner,
 
 static int rf_message_end(Walker *w, void *st, const MessageInfo *m, int64_t records) {
     Fields *s = st;
+    if (s->skipped_messages) {
+        s->skipped_messages--;
+        return 0;
+    }
     PyObject *open = current(s)->field;
-    if (((FieldObject *)open)->type == constants[S_DECOMPRESSED_MESSAGES])
+    if (((FieldObject *)open)->type == constants[S_DECOMPRESSED_MESSAGES]) {
+        if (unshown_flush(s) < 0)
+            return -1;
         close_level(s, ((FieldObject *)open)->offset + ((FieldObject *)open)->length);
+    }
     return close_level(s, m->end);
 }
 
@@ -814,7 +897,7 @@ static int f_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssi
     if (add(s, make_named(name_of(w, name, 0), constants[S_RECORDS], at, size, value, kids, NULL), 1) < 0)
         return -1;
     int depth = s->depth;
-    if (records_read(w, &fields_sink, s, data_at, data_at + n, 1, 1) < 0)
+    if (records_read(w, &fields_sink, s, data_at, data_at + n, 1, 1) < 0 || unshown_flush(s) < 0)
         return -1;
     if (s->depth != depth) {
         PyErr_SetString(PyExc_SystemError, "fields: records left open");
@@ -885,18 +968,20 @@ const Builder fields_builder = {f_fixed, f_text, f_array_begin, f_array_null, f_
                                 f_struct_begin, f_struct_null, f_end, f_tagged_begin, f_tagged_unknown,
                                 f_tagged_end, f_records, f_embedded};
 
-/* field_tree(program, buf, pos, end, ctx, decompress_limit) -> (root Field, stop, failure)
+/* field_tree(program, buf, pos, end, ctx, decompress_limit, record_limit) -> (root Field, stop, failure)
  *
- * failure is None, or (offset, reason) where the walk stopped; the root then holds what was read before. */
+ * failure is None, or (offset, reason) where the walk stopped; the root then holds what was read before.
+ * Past record_limit records (0: none), the records of a list are one RecordsNotShown item. */
 PyObject *field_tree(PyObject *self, PyObject *args) {
     PyObject *program, *ctx;
     Py_buffer buf;
     Py_ssize_t pos, end;
-    long long limit;
-    if (!PyArg_ParseTuple(args, "O!y*nnOL:field_tree", &ProgramType, &program, &buf, &pos, &end, &ctx, &limit))
+    long long limit, record_limit;
+    if (!PyArg_ParseTuple(args, "O!y*nnOLL:field_tree", &ProgramType, &program, &buf, &pos, &end, &ctx, &limit,
+                          &record_limit))
         return NULL;
     PyObject *result = NULL;
-    Fields s = {.ctx = ctx};
+    Fields s = {.ctx = ctx, .record_limit = record_limit};
     if (constants_ready() < 0)
         goto done;
     if (pos < 0 || end > buf.len || pos > end) {
@@ -919,16 +1004,16 @@ done:
     return result;
 }
 
-/* records_fields(buf, pos, end, decompress_limit, partial_ok) -> [Field]: one Field per item of a records field. */
+/* records_fields(buf, pos, end, decompress_limit, partial_ok, record_limit) -> [Field]: a records field's items. */
 PyObject *records_fields(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t pos, end;
-    long long limit;
+    long long limit, record_limit;
     int partial_ok;
-    if (!PyArg_ParseTuple(args, "y*nnLp:records_fields", &buf, &pos, &end, &limit, &partial_ok))
+    if (!PyArg_ParseTuple(args, "y*nnLpL:records_fields", &buf, &pos, &end, &limit, &partial_ok, &record_limit))
         return NULL;
     PyObject *result = NULL;
-    Fields s = {0};
+    Fields s = {.record_limit = record_limit};
     if (constants_ready() < 0)
         goto done;
     if (pos < 0 || end > buf.len || pos > end) {
@@ -940,7 +1025,7 @@ PyObject *records_fields(PyObject *self, PyObject *args) {
         goto done;
     Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &fields_builder, .state = &s,
                 .decompress_budget = limit};
-    if (records_read(&w, &fields_sink, &s, pos, end, 1, partial_ok) < 0)
+    if (records_read(&w, &fields_sink, &s, pos, end, 1, partial_ok) < 0 || unshown_flush(&s) < 0)
         goto done;
     result = Py_NewRef(((FieldObject *)s.root)->children);
 done:

@@ -68,6 +68,8 @@ static int member(Walker *w, Json *j, int name) {
     return 0;
 }
 
+/* Hand the text so far to `write` once there is enough; only between whole items (a record, a batch), and
+ * never while an "_unknown_tags" object may still grow. */
 static int flush(Json *j) {
     if (j->write == NULL || j->out.len < j->flush_at || j->pending_inserts)
         return 0;
@@ -315,7 +317,8 @@ static int rs_record(Walker *w, void *st, const Span *span, const BatchHeader *h
                 return -1;
         }
     }
-    return out_char(o, '}');
+    /* a batch can hold millions of records: the text goes out between them too */
+    return out_char(o, '}') < 0 ? -1 : flush(j);
 }
 
 static int problem_note(Json *j) {

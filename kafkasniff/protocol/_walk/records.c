@@ -334,6 +334,12 @@ static int record_list(Reader *r, const Span *span, const BatchHeader *h, Py_ssi
     while (pos < end) {
         Py_ssize_t start = pos, body = pos;
         int32_t length = 0;
+        if (b[pos] == 0 && broken.open && broken.end == pos) {
+            /* a record of length 0 (no attributes byte) right after unreadable ones: bytes of zeros, say */
+            broken.end = ++pos;
+            broken.more++;
+            continue;
+        }
         if (varint32(w, b, &body, end, &length) == 0 && (length < 0 || length > end - body))
             walk_fail(w, start, "record length %d does not fit the %zd bytes left", length, end - body);
         if (w->failed) {

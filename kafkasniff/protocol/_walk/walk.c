@@ -546,8 +546,10 @@ static PyMethodDef methods[] = {
     {"set_hooks", set_hooks, METH_VARARGS, "The Python functions the walk calls (see walker.py)."},
     {"summarize", summarize, METH_VARARGS, "summarize(programs, buf, pos, end) -> summary tuple"},
     {"json_body", json_body, METH_VARARGS, "json_body(program, buf, pos, end, ctx, write) -> None"},
-    {"field_tree", field_tree, METH_VARARGS, "field_tree(program, buf, pos, end, ctx, limit) -> (Field, stop, failure)"},
-    {"records_fields", records_fields, METH_VARARGS, "records_fields(buf, pos, end, limit) -> [Field]"},
+    {"field_tree", field_tree, METH_VARARGS,
+     "field_tree(program, buf, pos, end, ctx, limit, record_limit) -> (Field, stop, failure)"},
+    {"records_fields", records_fields, METH_VARARGS,
+     "records_fields(buf, pos, end, limit, partial_ok, record_limit) -> [Field]"},
     {"records_json", records_json, METH_VARARGS, "records_json(buf, pos, end, prefix, limit) -> bytes"},
     {NULL, NULL, 0, NULL},
 };
