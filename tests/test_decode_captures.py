@@ -3,7 +3,6 @@ checked against their manifests: what the clients produced and what the consumer
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import cache
 
 import pytest

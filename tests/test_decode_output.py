@@ -194,7 +194,8 @@ def test_tree_view_shows_header_body_batches_and_records():
     text = [line.strip(" │├└─") for line in request[16:]]
     assert text[:2] == ["Records: 1 record batch in 969 bytes  records",
                         "record batch (magic 2): codec none, 3 records, base offset 0, CRC valid"]
-    assert "crc: 990449287 (valid)  uint32" in text
+    assert "crc: 0x3b090e87 (valid)  uint32" in text  # 990449287: CRCs in hex
+    assert "base_timestamp: 1795421623756 (2026-11-23T08:13:43.756Z)  int64" in text
     assert text[-14:] == [
         "records  []Record",
         "record offset 0, timestamp 2026-11-23T08:13:43.756Z",
@@ -327,7 +328,7 @@ def test_legacy_messages_invalid_crcs_and_malformed_records():
     assert "messages: 74 bytes decompressed (offsets within decompressed bytes)" in text
     assert text.count("message (magic 1): codec none, offset 0, timestamp 2023-11-14T22:13:20.000Z, CRC valid") == 1
     crc = crc32c.crc32c(bytes(damaged[21:]))
-    assert f"record batch (magic 2): codec none, 1 records, base offset 0, CRC INVALID (computed 0x{crc:08X})" in text
+    assert f"record batch (magic 2): codec none, 1 records, base offset 0, CRC INVALID (computed 0x{crc:08x})" in text
     assert f"MALFORMED at byte {bad_record_at}: record length 63 does not fit the 14 bytes left" in text
     old, new = (json.loads(line)["body"]["topic_data"][0]["partition_data"] for line in
                 render(events, "--json").splitlines())

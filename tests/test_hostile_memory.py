@@ -9,7 +9,6 @@ which decode starts worker processes, so one process is the whole tree.)
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 

@@ -281,7 +281,7 @@ def test_flipping_a_byte_invalidates_the_batch_crc(codec):
     (batch,) = decode(bytes(buf))
     computed = crc32c.crc32c(bytes(buf[21:]))
     assert batch.value["crc_valid"] is False and batch.value["crc_computed"] == computed
-    assert batch["crc"].note == f"INVALID (computed 0x{computed:08X})"
+    assert batch["crc"].note == f"INVALID (computed 0x{computed:08x})"
     assert len(records_of(batch)) == 3
 
 

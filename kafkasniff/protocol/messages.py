@@ -195,6 +195,18 @@ def json_body(msg: Message, buf, ctx=None, write=None) -> bytes | None:
     return walker.json_body(body, buf, msg.body_offset, msg.end, ctx, write)
 
 
+def tree_text(msg: Message, buf, limit: int | None, show_secrets: bool, spans: bool, ctx=None,
+              topic_names: dict | None = None, write=None) -> tuple[bytes, bytes | None]:
+    """The message's header and body as -V tree lines (see walker.text_tree); empty when the API is unknown."""
+    if msg.api_key is None:
+        return b"", b"" if spans else None
+    layout = _layout(msg.kind, msg.api_key, msg.api_version)
+    roots = [(layout.header, f"{layout.header.type} v{layout.header_version}", msg.offset, msg.end)]
+    if msg.body_offset is not None:
+        roots.append((layout.body, layout.body.type, msg.body_offset, msg.end))
+    return walker.text_tree(tuple(roots), buf, limit, show_secrets, spans, ctx, topic_names, write)
+
+
 def all_versions(kind: str) -> Iterator[tuple[int, int]]:
     for key in sorted(apis()):
         lo, hi = version_range(key, kind)

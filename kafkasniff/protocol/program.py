@@ -20,10 +20,8 @@ from typing import NamedTuple
 from kafkasniff.protocol import _walk
 from kafkasniff.protocol.schema import Variant, in_range, is_flexible
 
-# The same numbers as walk.h's enum role (a test checks the two agree).
-ROLES = ("none", "errorCode", "topicName", "topicId", "partition", "records", "throttleTimeMs", "acks",
-         "correlationId", "clientId", "protocolType", "consumerSubscription", "consumerAssignment", "authBytes",
-         "controlType", "apiKey")
+# Field roles, numbered as the walker numbers them (walk.h's enum role).
+ROLES = _walk.ROLES
 _ROLE_NUMBERS = {role: number for number, role in enumerate(ROLES)}
 FIXED_TYPES = ("bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "uuid")
 _KINDS = {type_: kind for kind, type_ in enumerate(FIXED_TYPES)}

@@ -14,6 +14,7 @@ protocol inside JoinGroup and SyncGroup, control records), SASL tokens, and floa
 from __future__ import annotations
 
 import zlib
+from functools import cache
 
 from kafkasniff.protocol import _walk
 from kafkasniff.protocol.compression import MiB, DecompressedTooLarge, DecompressionFailed, decompress
@@ -102,6 +103,28 @@ def json_body(program: _walk.Program, buf, pos: int, end: int, ctx=None, write=N
     """The struct at buf[pos:end] as JSON text. With `write`, whole record batches go to write(bytes) as the
     text grows, and the rest is returned. `prefix` is added to frame offsets in malformed records."""
     return _walk.json_body(program, buf, pos, end, ctx, write, JSON_FLUSH_BYTES, prefix, limit)
+
+
+# Where -V text is handed to its writer, between lines.
+TEXT_FLUSH_BYTES = 1 << 18
+
+
+def text_tree(roots: tuple, buf, limit: int | None, show_secrets: bool, spans: bool, ctx=None,
+              topic_names: dict | None = None, write=None,
+              decompress_limit: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[bytes, bytes | None]:
+    """The -V tree lines of a message's header and body: roots are ((program, type text, pos, end), ...).
+    Values are cut to `limit` characters (None: whole). With `spans`, styles come as int32 triples (start,
+    end, style) over the text. `topic_names` (topic id -> name) names topics given by id only. With
+    `write`, text goes to write(text, spans) as it grows; the rest is returned."""
+    return _walk.text_tree(roots, buf, -1 if limit is None else limit, show_secrets, spans, ctx, _api_names(),
+                           topic_names, write, TEXT_FLUSH_BYTES, decompress_limit)
+
+
+@cache
+def _api_names() -> dict[int, str]:
+    from kafkasniff.protocol.schema import apis
+
+    return {key: api["name"] for key, api in apis().items()}
 
 
 def records_fields(buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED, partial_ok: bool = True,

@@ -119,7 +119,7 @@ class Output:
             from kafkasniff.render.tree import TreeView
 
             self.tree = TreeView(out, hex_=options.hex, show_secrets=options.show_secrets,
-                                 full=options.full_values)
+                                 full=options.full_values, topic_names=self.topic_names.by_id)
 
     @property
     def out(self) -> TextIO:

@@ -10,20 +10,18 @@ with the same rows as `explain` (render/bytemap.py). Offsets count from the star
 from __future__ import annotations
 
 import sys
-import time
+from array import array
 from typing import TextIO
 
 from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from kafkasniff.protocol.fields import TAGGED_FIELDS, Field, Malformed
+from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.identify import Identification
-from kafkasniff.protocol.messages import Message, with_fields
-from kafkasniff.protocol.records import DECOMPRESSED_NOTE
+from kafkasniff.protocol.messages import Message, tree_text, with_fields
 from kafkasniff.protocol.sasl import SECRET, TOKEN
-from kafkasniff.protocol.schema import api_name, apis
-from kafkasniff.render.bytemap import DETACHED_TYPES, Row, rows
+from kafkasniff.render.bytemap import Row, rows
 from kafkasniff.render.explain import message_rows
 from kafkasniff.render.jsonview import FRAME_PREFIX, MASK, token_reader
 from kafkasniff.render.oneline import message_line, notice_line, sasl_line
@@ -51,13 +49,29 @@ def token_rows(ev: SaslTokenEvent, limit: int | None) -> list[Row]:
         r._replace(offset=r.offset + FRAME_PREFIX) for r in rows(token, "", limit)]
 
 
-def timestamp_text(ms: int | None) -> str:
-    if ms is None or ms < 0:
-        return "no timestamp"
-    try:
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
+# walk.h's text styles, by number
+_STYLES = (None, "bold", "dim", "red", "bold red", "green", "yellow", "magenta", "bold cyan")
+
+
+def _styled(text: bytes, spans: bytes) -> Text:
+    """Text from the text builder, with its spans (int32 triples: start and end in bytes, style)."""
+    styled = Text(text.decode())
+    if spans:
+        words = array("i", spans)
+        at = _char_offsets(text)
+        for i in range(0, len(words), 3):
+            styled.stylize(_STYLES[words[i + 2]], at[words[i]], at[words[i + 1]])
+    return styled
+
+
+def _char_offsets(text: bytes) -> list[int]:
+    """Spans count bytes, rich counts characters: the character offset of every byte offset (and the end)."""
+    offsets, chars = [], 0
+    for b in text:
+        offsets.append(chars)
+        chars += b & 0xC0 != 0x80  # a byte that starts a character
+    offsets.append(chars)
+    return offsets
 
 
 class Node:
@@ -105,8 +119,9 @@ def table_lines(header: tuple[str, ...], cells: list[tuple]) -> list[Text]:
 
 class TreeView:
     def __init__(self, out: TextIO | None = None, *, hex_: bool = False, show_secrets: bool = False,
-                 full: bool = False):
+                 full: bool = False, topic_names: dict[str, str] | None = None):
         self._out = out
+        self.topic_names = topic_names  # topic id -> name, learned as the capture goes by
         stream = out or sys.stdout
         # Into a file or pipe: plain text, written directly. On a terminal: colours, through rich;
         # file=None follows sys.stdout, which a progress bar on the same terminal redirects.
@@ -117,6 +132,9 @@ class TreeView:
         self.limit = None if full else DEFAULT_MAX_VALUE
 
     def show(self, ev, topics: dict[str, list] | None = None) -> None:
+        if self.console is None and type(ev) is MessageEvent and not self.hex:
+            self._write_message(ev, topics)  # plain text, as it is made: a Fetch can hold millions of records
+            return
         text = self.render(ev, topics)
         if self.console is None:
             (self._out or sys.stdout).write(text.plain + "\n")
@@ -124,15 +142,9 @@ class TreeView:
             self.console.print(text, soft_wrap=True)
 
     def render(self, ev, topics: dict[str, list] | None = None) -> Text:
-        """One event (`topics`: its topics as Output resolves them, for the headline); a message's Field trees
-        are made for it and let go after."""
+        """One event (`topics`: its topics as Output resolves them, for the headline), styled."""
         if type(ev) is MessageEvent:
-            m = ev.message
-            with_fields(m, ev.payload, token_reader(m, self.show_secrets), RECORDS_SHOWN)
-            try:
-                lines = self._message(ev, ev.payload, topics)
-            finally:
-                m.header = m.body = None  # a pending request must not keep its tree
+            lines = self._message(ev, topics)
         elif type(ev) is SaslTokenEvent:
             lines = self._sasl(ev)
         else:
@@ -141,20 +153,45 @@ class TreeView:
 
     # -- messages -------------------------------------------------------------------------------
 
-    def _message(self, ev: MessageEvent, payload: bytes, topics: dict[str, list] | None) -> list[Text]:
-        m = ev.message
+    def _message(self, ev: MessageEvent, topics: dict[str, list] | None) -> list[Text]:
+        m, payload = ev.message, ev.payload
         headline = Text(message_line(ev, topics), style="bold")
         if self.hex:
-            frame = len(payload).to_bytes(4, "big") + payload
-            parts = [headline, *self._hex_table(frame_rows(m, payload, self.limit), frame)]
+            with_fields(m, payload, token_reader(m, self.show_secrets), RECORDS_SHOWN)
+            try:
+                frame = len(payload).to_bytes(4, "big") + payload
+                parts = [headline, *self._hex_table(frame_rows(m, payload, self.limit), frame)]
+            finally:
+                m.header = m.body = None  # a pending request must not keep its tree
         else:
-            tree = Node(headline)
-            if m.header is not None:
-                header = tree.add(self._label("header", f"{m.header.type} v{m.header_version}"))
-                self._members(header, m.header)
-            if m.body is not None:
-                self._members(tree.add(self._label("body", m.body.type)), m.body)
-            parts = tree.lines()
+            text, spans = tree_text(m, payload, self.limit, self.show_secrets, True, token_reader(m, self.show_secrets),
+                                    self.topic_names)
+            parts = [headline]
+            if text:
+                parts.append(_styled(text[:-1], spans))
+        return parts + self._after_body(m)
+
+    def _write_message(self, ev: MessageEvent, topics: dict[str, list] | None) -> None:
+        """The message's tree as plain text, written to the output as it is made."""
+        m = ev.message
+        out = self._out or sys.stdout
+        binary = getattr(out, "buffer", None)
+        if binary is None:
+            def write(text: bytes, spans) -> None:
+                out.write(text.decode())
+        else:
+            out.flush()
+
+            def write(text: bytes, spans) -> None:
+                binary.write(text)
+        write((message_line(ev, topics) + "\n").encode(), None)
+        rest, _ = tree_text(m, ev.payload, self.limit, self.show_secrets, False, token_reader(m, self.show_secrets),
+                            self.topic_names, write)
+        tail = "".join(line.plain + "\n" for line in self._after_body(m))
+        write(rest + tail.encode(), None)
+
+    def _after_body(self, m: Message) -> list[Text]:
+        parts = []
         if m.malformed:
             parts.append(Text(f"MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}",
                               style="bold red"))
@@ -173,122 +210,6 @@ class TreeView:
         text.append(f"  {type_}", style="dim")
         return text
 
-    def _members(self, node: Node, struct: Field) -> None:
-        for c in struct.children or ():
-            if c.name == TAGGED_FIELDS:
-                for tagged in c.children or ():
-                    self._field(node, tagged)
-            else:
-                self._field(node, c)
-
-    def _field(self, node: Node, f: Field) -> None:
-        if f.type == "records" and f.children is not None:
-            self._records(node, f)
-        elif f.type == SECRET:
-            node.add(self._label(f.name, f.type, show_value(f, self.limit) if self.show_secrets else MASK, "magenta"))
-        elif f.type == TOKEN:
-            self._members(node.add(self._label(f.name, "SASL token", f"{len(f.value)} bytes")), f)
-        elif f.children is None or (f.children and f.children[0].type == "bits"):
-            style = "red" if f.role == "errorCode" and f.value else ""
-            node.add(self._label(f.name, f.type, self._value(f), style))
-        elif f.type.startswith("[]"):
-            branch = node.add(self._label(f.name, f.type, f"{len(f.children)} items"))
-            for item in f.children:
-                if item.children is None:
-                    branch.add(self._label(item.name, item.type, self._value(item)))
-                else:
-                    self._members(branch.add(Text(item.name, style="bold")), item)
-        else:
-            self._members(node.add(self._label(f.name, f.type)), f)
-
-    def _value(self, f: Field) -> str:
-        if f.children and f.children[0].type == "bits":
-            return f"{f.value} (" + ", ".join(f"{c.name}={c.note or c.value}" for c in f.children) + ")"
-        if f.role == "apiKey" and f.value in apis():
-            return f"{f.value} ({api_name(f.value)})"
-        return show_value(f, self.limit)
-
-    # -- records --------------------------------------------------------------------------------
-
-    def _records(self, node: Node, f: Field) -> None:
-        items = [i for i in f.children if i.type in _ITEM_TYPES]
-        kind = "legacy message" if items and items[0].type == "Message" else "record batch"
-        count = f"{len(items)} {kind}" + ("" if len(items) == 1 else "es" if kind.endswith("h") else "s")
-        branch = node.add(self._label(f.name, f.type, f"{count} in {f.length:,} bytes"))
-        for item in items:
-            self._item(branch, item, FRAME_PREFIX)
-
-    def _item(self, node: Node, item: Field, shift: int) -> None:
-        if item.type == "Malformed":
-            node.add(self._malformed(item.value, shift))
-            return
-        if item.type == "RecordsNotShown":
-            node.add(Text(item.note, style="yellow"))
-            return
-        if item.type == "PartialBatch":
-            branch = node.add(Text(item.note, style="yellow"))
-            for c in item.children:
-                self._field(branch, c)
-            return
-        v = item.value
-        crc = Text("CRC valid", style="green") if v["crc_valid"] else Text(
-            f"CRC INVALID (computed 0x{v['crc_computed']:08X})", style="bold red")
-        facts = [f"codec {v['codec']}"]
-        if item.type == "RecordBatch":
-            facts += [f"{v['record_count']} records", f"base offset {v['base_offset']}"]
-            if v["producer_id"] != -1:
-                facts.append(f"producer id {v['producer_id']}")
-            facts += [flag for flag in ("transactional", "control") if v[f"is_{flag}"]]
-            title = Text.assemble(("record batch", "bold"), f" (magic {v['magic']}): {', '.join(facts)}, ", crc)
-        else:
-            facts += [f"offset {v['offset']}", f"timestamp {timestamp_text(v['timestamp'])}"]
-            title = Text.assemble(("message", "bold"), f" (magic {v['magic']}): {', '.join(facts)}, ", crc)
-        branch = node.add(title)
-        for c in item.children:
-            if c.name in ("records", "messages"):
-                self._inner(branch, c, shift)
-            else:
-                self._field(branch, c)
-
-    def _inner(self, node: Node, inner: Field, shift: int) -> None:
-        """The records of a batch, or the messages inside a compressed wrapper message."""
-        if inner.type in DETACHED_TYPES:
-            shift = 0
-            problem = inner.note != DECOMPRESSED_NOTE  # failed, refused, or a record count that differs
-            size = f"{len(inner.value):,} bytes decompressed" if inner.value is not None else "not decompressed"
-            branch = node.add(Text(f"{inner.name}: {size} ({inner.note})", style="bold red" if problem else ""))
-        else:
-            branch = node.add(self._label(inner.name, inner.type, inner.note))
-        for r in inner.children:
-            if r.type == "Record":
-                self._record(branch, r)
-            else:
-                self._item(branch, r, shift)
-
-    def _record(self, node: Node, r: Field) -> None:
-        v = r.value
-        key = r["key"]
-        if key.type == "ControlRecordKey":
-            title = Text.assemble(("control record ", "bold"), (key["Type"].note, "bold cyan"),
-                                  f" offset {v['offset']}, timestamp {timestamp_text(v['timestamp'])}")
-        else:
-            title = Text.assemble(("record", "bold"),
-                                  f" offset {v['offset']}, timestamp {timestamp_text(v['timestamp'])}")
-        branch = node.add(title)
-        for name in ("key", "value"):
-            f = r[name]
-            if f.children is not None:  # control record key and value
-                self._field(branch, f)
-            else:
-                branch.add(self._label(name, f.type, "null" if v[name] is None else show_bytes(v[name], self.limit)))
-        for k, value in v["headers"]:
-            branch.add(Text.assemble(("header ", "bold"), k, ": ",
-                                     "null" if value is None else show_bytes(value, self.limit)))
-
-    def _malformed(self, m: Malformed, shift: int) -> Text:
-        where = "byte" if shift else "decompressed byte"
-        return Text(f"MALFORMED at {where} {m.offset + shift}: {m.reason}", style="bold red")
-
     # -- SASL -----------------------------------------------------------------------------------
 
     def _sasl(self, ev: SaslTokenEvent) -> list[Text]:
@@ -297,8 +218,10 @@ class TreeView:
             frame = len(ev.token).to_bytes(4, "big") + ev.token
             return [headline, *self._hex_table(token_rows(ev, self.limit), frame)]
         tree = Node(headline)
-        for f in ev.fields or ():
-            self._field(tree, f)
+        for f in ev.fields or ():  # the token's parts: strings, and secrets
+            secret = f.type == SECRET
+            shown = show_value(f, self.limit) if self.show_secrets or not secret else MASK
+            tree.add(self._label(f.name, f.type, shown, "magenta" if secret else ""))
         return tree.lines()
 
     # -- byte table -----------------------------------------------------------------------------

@@ -3,51 +3,55 @@
 from __future__ import annotations
 
 import base64
-import re
+import time
 
+from kafkasniff.protocol._walk import readable
 from kafkasniff.protocol.fields import Field
 
 DEFAULT_MAX_VALUE = 64
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-
-
-def snake_case(name: str) -> str:
-    """Kafka schema names to JSON keys: ThrottleTimeMs -> throttle_time_ms, TopicID -> topic_id."""
-    return _CAMEL.sub("_", name).lower()
-
-
-def printable_text(raw: bytes) -> str | None:
-    """The bytes as text when they are valid UTF-8 that a person can read, else None."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if all(c.isprintable() or c in "\t\n\r" for c in text):
-        return text
-    return None
-
-
-def show_bytes(raw: bytes, limit: int | None = DEFAULT_MAX_VALUE) -> str:
-    text = printable_text(raw)
-    if text is not None:
-        shown = text if limit is None or len(text) <= limit else text[:limit] + "…"
-        out = repr(shown)
+def show_bytes(raw, limit: int | None = DEFAULT_MAX_VALUE) -> str:
+    """Bytes as people read them: quoted text when readable (valid UTF-8, printable), else hex; cut to
+    `limit` characters (or limit/2 bytes of hex), with their size. Only what is shown is formatted: a value
+    can be megabytes."""
+    n = len(raw)
+    if readable(raw):
+        # `limit` characters are within 4 bytes each: decode no more than needed (a cut character is dropped)
+        head = bytes(raw if limit is None or n <= 4 * (limit + 1) else raw[:4 * (limit + 1)])
+        text = head.decode("utf-8", "ignore")
+        out = repr(text if limit is None or len(text) <= limit else text[:limit] + "…")
     else:
-        hexed = raw.hex(" ")
-        out = "0x" + (hexed if limit is None or len(raw) <= limit // 2 else raw[:limit // 2].hex(" ") + " …")
-    if limit is not None and len(raw) > limit // 2:
-        out += f" ({len(raw):,} bytes)"
+        out = "0x" + (bytes(raw).hex(" ") if limit is None or n <= limit // 2 else
+                      bytes(raw[:limit // 2]).hex(" ") + " …")
+    if limit is not None and n > limit // 2:
+        out += f" ({n:,} bytes)"
     return out
+
+
+def timestamp_text(ms: int | None) -> str:
+    """A record or batch time (milliseconds since the epoch) as UTC, or why there is none."""
+    if ms is None or ms < 0:
+        return "no timestamp"
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
 
 
 def show_value(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str:
     v = f.value
     if f.children is not None and f.type.startswith("[]"):
-        text = f"{len(f.children)} items"
+        # an array cut short by a malformed frame: what the wire said, and what could be read
+        decoded = len(f.children)
+        wire = v if type(v) is int else decoded  # schema arrays hold their wire count; record lists do not
+        text = f"{decoded} items" if wire == decoded else f"{wire} on the wire, {decoded} decoded"
+    elif f.role == "checksum":
+        text = f"0x{v:08x}"
+    elif f.role == "timestamp":
+        text = f"{v} ({timestamp_text(v)})"
     elif v is None:
         text = "null"
     elif isinstance(v, (bytes, bytearray)):
-        text = show_bytes(bytes(v), limit)
+        text = show_bytes(v, limit)
     elif isinstance(v, str):
         text = repr(v if limit is None or len(v) <= limit else v[:limit] + "…")
     elif isinstance(v, bool):

@@ -387,31 +387,6 @@ static PyObject *dict_of(const char *const *keys, PyObject **values, int n) {
     return d;
 }
 
-typedef struct {
-    const char *name, *type;
-    int size, at;
-} HeaderLayout;
-
-static const HeaderLayout batch_layout[] = {
-    {"base_offset", "int64", 8, 0}, {"batch_length", "int32", 4, 8}, {"partition_leader_epoch", "int32", 4, 12},
-    {"magic", "int8", 1, 16}, {"crc", "uint32", 4, 17}, {"attributes", "int16", 2, 21},
-    {"last_offset_delta", "int32", 4, 23}, {"base_timestamp", "int64", 8, 27}, {"max_timestamp", "int64", 8, 35},
-    {"producer_id", "int64", 8, 43}, {"producer_epoch", "int16", 2, 51}, {"base_sequence", "int32", 4, 53},
-    {"record_count", "int32", 4, 57}, {NULL}};
-static const HeaderLayout message0_layout[] = {
-    {"offset", "int64", 8, 0}, {"message_size", "int32", 4, 8}, {"crc", "uint32", 4, 12}, {"magic", "int8", 1, 16},
-    {"attributes", "int8", 1, 17}, {NULL}};
-static const HeaderLayout message1_layout[] = {
-    {"offset", "int64", 8, 0}, {"message_size", "int32", 4, 8}, {"crc", "uint32", 4, 12}, {"magic", "int8", 1, 16},
-    {"attributes", "int8", 1, 17}, {"timestamp", "int64", 8, 18}, {NULL}};
-static const HeaderLayout prefix_layout[] = {{"offset", "int64", 8, 0}, {"length", "int32", 4, 8}, {NULL}};
-
-static int64_t header_value(const uint8_t *p, const HeaderLayout *h) {
-    if (!strcmp(h->type, "uint32"))
-        return fixed_value(K_UINT32, p);
-    return fixed_value(h->size == 1 ? K_INT8 : h->size == 2 ? K_INT16 : h->size == 4 ? K_INT32 : K_INT64, p);
-}
-
 /* The fixed header fields that lie wholly before `end`. */
 static PyObject *header_fields(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, const HeaderLayout *layout) {
     PyObject *list = PyList_New(0);
@@ -423,6 +398,8 @@ static PyObject *header_fields(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end,
         PyObject *f = name && type ? make(name, type, at, h->size, PyLong_FromLongLong(header_value(b + at, h)), NULL,
                                           NULL)
                                    : NULL;
+        if (f != NULL && h->role != R_NONE)
+            Py_XSETREF(((FieldObject *)f)->role, Py_NewRef(role_names[h->role]));
         Py_XDECREF(name);
         Py_XDECREF(type);
         if (append(list, f) < 0)
@@ -435,7 +412,7 @@ static PyObject *crc_note(uint32_t stored, uint32_t computed) {
     if (stored == computed)
         return text_of("valid");
     char text[40];
-    snprintf(text, sizeof text, "INVALID (computed 0x%08X)", computed);
+    snprintf(text, sizeof text, "INVALID (computed 0x%08x)", computed);
     return PyUnicode_FromString(text);
 }
 

@@ -161,9 +161,14 @@ static PyObject *program_get_names(Program *self, void *closure) { return Py_New
 
 static PyObject *program_get_words(Program *self, void *closure) { return PyLong_FromSsize_t(self->length); }
 
+static PyObject *program_get_type(Program *self, void *closure) {
+    return Py_NewRef(PyTuple_GET_ITEM(self->names, self->root_type));
+}
+
 static PyGetSetDef program_getset[] = {
     {"names", (getter)program_get_names, NULL, "field and type names", NULL},
     {"words", (getter)program_get_words, NULL, "length in int32 words", NULL},
+    {"type", (getter)program_get_type, NULL, "the type name of the program's root struct", NULL},
     {NULL},
 };
 

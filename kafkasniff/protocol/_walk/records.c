@@ -605,6 +605,31 @@ int records_read(Walker *w, const RecordSink *sink, void *state, Py_ssize_t pos,
     return items_read(&r, &outer, pos, end, partial_ok, 0);
 }
 
+/* --- the fixed headers of items, for the builders that show them ------------------------------ */
+
+const HeaderLayout batch_layout[] = {
+    {"base_offset", "int64", 8, 0, R_NONE}, {"batch_length", "int32", 4, 8, R_NONE},
+    {"partition_leader_epoch", "int32", 4, 12, R_NONE}, {"magic", "int8", 1, 16, R_NONE},
+    {"crc", "uint32", 4, 17, R_CHECKSUM}, {"attributes", "int16", 2, 21, R_NONE},
+    {"last_offset_delta", "int32", 4, 23, R_NONE}, {"base_timestamp", "int64", 8, 27, R_TIMESTAMP},
+    {"max_timestamp", "int64", 8, 35, R_TIMESTAMP}, {"producer_id", "int64", 8, 43, R_NONE},
+    {"producer_epoch", "int16", 2, 51, R_NONE}, {"base_sequence", "int32", 4, 53, R_NONE},
+    {"record_count", "int32", 4, 57, R_NONE}, {NULL}};
+const HeaderLayout message0_layout[] = {
+    {"offset", "int64", 8, 0, R_NONE}, {"message_size", "int32", 4, 8, R_NONE}, {"crc", "uint32", 4, 12, R_CHECKSUM},
+    {"magic", "int8", 1, 16, R_NONE}, {"attributes", "int8", 1, 17, R_NONE}, {NULL}};
+const HeaderLayout message1_layout[] = {
+    {"offset", "int64", 8, 0, R_NONE}, {"message_size", "int32", 4, 8, R_NONE}, {"crc", "uint32", 4, 12, R_CHECKSUM},
+    {"magic", "int8", 1, 16, R_NONE}, {"attributes", "int8", 1, 17, R_NONE}, {"timestamp", "int64", 8, 18, R_TIMESTAMP},
+    {NULL}};
+const HeaderLayout prefix_layout[] = {{"offset", "int64", 8, 0, R_NONE}, {"length", "int32", 4, 8, R_NONE}, {NULL}};
+
+int64_t header_value(const uint8_t *p, const HeaderLayout *h) {
+    if (!strcmp(h->type, "uint32"))
+        return fixed_value(K_UINT32, p);
+    return fixed_value(h->size == 1 ? K_INT8 : h->size == 2 ? K_INT16 : h->size == 4 ? K_INT32 : K_INT64, p);
+}
+
 /* --- control records ---------------------------------------------------------------------------- */
 
 typedef struct {

@@ -9,7 +9,8 @@ const char *const kind_text[K_COUNT] = {"bool", "int8", "int16", "uint16", "int3
 
 const char *const role_text[R_COUNT] = {
     "none", "errorCode", "topicName", "topicId", "partition", "records", "throttleTimeMs", "acks", "correlationId",
-    "clientId", "protocolType", "consumerSubscription", "consumerAssignment", "authBytes", "controlType", "apiKey"};
+    "clientId", "protocolType", "consumerSubscription", "consumerAssignment", "authBytes", "controlType", "apiKey",
+    "checksum", "timestamp"};
 
 static PyObject *hooks[H_COUNT];
 
@@ -542,7 +543,19 @@ static PyObject *set_hooks(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+int readable_text(const uint8_t *p, Py_ssize_t n, int *ascii);
+
+static PyObject *readable(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int ascii, found = readable_text(buf.buf, buf.len, &ascii);
+    PyBuffer_Release(&buf);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
+    {"readable", readable, METH_O, "readable(bytes) -> whether they are UTF-8 text of printable characters"},
     {"set_hooks", set_hooks, METH_VARARGS, "The Python functions the walk calls (see walker.py)."},
     {"summarize", summarize, METH_VARARGS, "summarize(programs, buf, pos, end) -> summary tuple"},
     {"json_body", json_body, METH_VARARGS, "json_body(program, buf, pos, end, ctx, write) -> None"},
@@ -551,6 +564,8 @@ static PyMethodDef methods[] = {
     {"records_fields", records_fields, METH_VARARGS,
      "records_fields(buf, pos, end, limit, partial_ok, record_limit) -> [Field]"},
     {"records_json", records_json, METH_VARARGS, "records_json(buf, pos, end, prefix, limit) -> bytes"},
+    {"text_tree", text_tree, METH_VARARGS, "text_tree(roots, buf, limit, show_secrets, spans, ctx, api_names, "
+                                           "topic_names, write, flush_at, decompress_limit) -> (text, spans)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -563,8 +578,18 @@ PyMODINIT_FUNC PyInit__walk(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
+    PyObject *roles = PyTuple_New(R_COUNT);
+    for (int i = 0; roles != NULL && i < R_COUNT; i++) {
+        PyObject *role = PyUnicode_InternFromString(role_text[i]);
+        if (role == NULL)
+            Py_CLEAR(roles);
+        else
+            PyTuple_SET_ITEM(roles, i, role);
+    }
+    if (roles == NULL || PyModule_AddObject(m, "ROLES", roles) < 0 ||
+        PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
         PyModule_AddObjectRef(m, "FieldBase", (PyObject *)&FieldBaseType) < 0) {
+        Py_XDECREF(roles);
         Py_DECREF(m);
         return NULL;
     }

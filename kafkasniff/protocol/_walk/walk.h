@@ -37,7 +37,7 @@ enum kind { K_BOOL, K_INT8, K_INT16, K_UINT16, K_INT32, K_UINT32, K_INT64, K_FLO
 enum role {
     R_NONE, R_ERROR_CODE, R_TOPIC_NAME, R_TOPIC_ID, R_PARTITION, R_RECORDS, R_THROTTLE_TIME, R_ACKS,
     R_CORRELATION_ID, R_CLIENT_ID, R_PROTOCOL_TYPE, R_CONSUMER_SUBSCRIPTION, R_CONSUMER_ASSIGNMENT,
-    R_AUTH_BYTES, R_CONTROL_TYPE, R_API_KEY, R_COUNT
+    R_AUTH_BYTES, R_CONTROL_TYPE, R_API_KEY, R_CHECKSUM, R_TIMESTAMP, R_COUNT
 };
 extern const char *const role_text[R_COUNT];
 #define INDEX_NAME (-1)
@@ -204,6 +204,15 @@ const char *codec_text(int codec);
 int record_control_type(const uint8_t *b, Py_ssize_t buflen, Py_ssize_t at, Py_ssize_t len, int64_t *type);
 const char *control_type_name(int64_t type);
 #define NO_MAGIC (-1000) /* a partial item too short to hold its magic byte */
+
+/* The fixed header fields of record batches, legacy messages and bare item prefixes; roles R_CHECKSUM and
+   R_TIMESTAMP tell views to show a CRC in hex and a time readably. */
+typedef struct {
+    const char *name, *type;
+    int size, at, role;
+} HeaderLayout;
+extern const HeaderLayout batch_layout[], message0_layout[], message1_layout[], prefix_layout[];
+int64_t header_value(const uint8_t *p, const HeaderLayout *h);
 extern const char *const DECOMPRESSED_NOTE;
 
 /* out.c: a growable byte buffer, and JSON text */
@@ -224,11 +233,12 @@ int out_uuid(Out *o, const uint8_t *p);                        /* as JSON string
 void out_free(Out *o);
 
 /* builders */
-extern const Builder summary_builder, json_builder, fields_builder;
+extern const Builder summary_builder, json_builder, fields_builder, text_builder;
 PyObject *summarize(PyObject *self, PyObject *args);
 PyObject *json_body(PyObject *self, PyObject *args);
 PyObject *field_tree(PyObject *self, PyObject *args);
 PyObject *records_fields(PyObject *self, PyObject *args);
 PyObject *records_json(PyObject *self, PyObject *args);
+PyObject *text_tree(PyObject *self, PyObject *args);
 
 #endif
