@@ -1,7 +1,8 @@
 """The walker's builders tell one story: on every frame of every capture, and on the same frames cut short and
-with bytes overwritten, the summary (pairing, filters, the one-line view), the Field tree (-V, --hex, explain)
-and the JSON body (--json) agree on where decoding stopped and why, on ids, error codes and topics, and on
-every value (the JSON against a Field-tree rendering, tests/json_oracle.py).
+with bytes overwritten, the summary (pairing, filters, the one-line view), the Field tree (--hex, explain),
+the JSON body (--json) and the text tree (-V) agree on where decoding stopped and why, on ids, error codes and
+topics, and on every value (the JSON and the text against renderings of the Field tree, tests/json_oracle.py
+and tests/tree_oracle.py).
 
 Mutations use a fixed seed, so a failure repeats.
 """
@@ -13,10 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from json_oracle import field_json
+from tree_oracle import Oracle
 from kafkasniff.capture.files import open_capture
 from kafkasniff.protocol import _walk
 from kafkasniff.protocol.messages import (all_versions, decode_request, decode_response, decode_response_for_request,
-                                          json_body)
+                                          json_body, tree_text)
 from kafkasniff.protocol.program import ROLES
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
@@ -74,11 +76,16 @@ def assert_builders_agree(data: bytes, request) -> None:
     assert summary.errors == full.errors
     if full.body is None:
         assert json_body(summary, data) is None
+        if full.header is not None:
+            text, _ = tree_text(summary, data, 64, False, False)
+            assert text.decode().splitlines() == Oracle().tree(full.header, full.header_version, None)
         return
     assert full.errors == [code for code in _role_values(full.body, "errorCode") if code]
     named = [name for name in _role_values(full.body, "topicName") if name is not None]
     assert [m[0] for m in full.mentions if m[0] is not None] == named
     assert json.loads(json_body(summary, data)) == field_json(full.body)
+    text, _ = tree_text(summary, data, 64, False, False)
+    assert text.decode().splitlines() == Oracle().tree(full.header, full.header_version, full.body)
 
 
 def _cuts(size: int) -> range:

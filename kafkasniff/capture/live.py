@@ -140,6 +140,7 @@ class LiveCapture:
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._give_up_at: float | None = None  # set by stop()
         self._packets = self._drops = 0
+        self._stats_final = False  # the counters were settled when reading stopped
 
     def _set_buffer(self, size: int) -> int:
         """Raise the socket buffer past rmem_max when allowed (root); return what the kernel gave."""
@@ -164,7 +165,12 @@ class LiveCapture:
                 frame, ancillary, _flags, _address = recvmsg(snaplen, _ANCILLARY_BYTES)
             except BlockingIOError:
                 if self._give_up_at is not None:
-                    return  # stopping, and everything captured before has been read
+                    # Stopping, and the socket is empty. Packets that came in since the counters were last read
+                    # are counted but maybe not read yet: read the counters, and while they grew, read on.
+                    if self._read_counters() and monotonic() < self._give_up_at:
+                        continue
+                    self._stats_final = True
+                    return
                 timeout = IDLE_WAKEUP_S
                 if deadline is not None:
                     timeout = min(timeout, deadline - monotonic())
@@ -204,13 +210,21 @@ class LiveCapture:
                 pass
 
     def kernel_stats(self) -> KernelStats:
-        """Totals since the capture started (the kernel resets its counters on each read)."""
-        if not self._scapy_socket.closed:
-            packets, drops = _TPACKET_STATS.unpack(
-                self._socket.getsockopt(SOL_PACKET, PACKET_STATISTICS, _TPACKET_STATS.size))
-            self._packets += packets
-            self._drops += drops
+        """Totals since the capture started. Once `frames()` has ended after a stop, the totals are those it
+        settled on: every packet they count was read."""
+        if not self._stats_final:
+            self._read_counters()
         return KernelStats(self._packets, self._drops)
+
+    def _read_counters(self) -> int:
+        """Add the kernel's counters (which it resets on each read) to the totals; the packets newly counted."""
+        if self._scapy_socket.closed:
+            return 0
+        packets, drops = _TPACKET_STATS.unpack(
+            self._socket.getsockopt(SOL_PACKET, PACKET_STATISTICS, _TPACKET_STATS.size))
+        self._packets += packets
+        self._drops += drops
+        return packets
 
     def close(self) -> None:
         self._scapy_socket.close()

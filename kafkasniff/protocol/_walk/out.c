@@ -22,6 +22,8 @@ int out_reserve(Out *o, Py_ssize_t more) {
 }
 
 int out_write(Out *o, const void *p, Py_ssize_t n) {
+    if (n == 0) /* p may be NULL then (an empty prefix, say), which memcpy must not see */
+        return 0;
     if (out_reserve(o, n) < 0)
         return -1;
     memcpy(o->data + o->len, p, n);

@@ -377,6 +377,7 @@ static int batch_read(Reader *r, const Span *span, Py_ssize_t pos, Py_ssize_t en
     if (broken_flush(r, span, broken) < 0 || r->sink->batch_begin(w, r->state, span, &h) < 0)
         return -1;
     int64_t decoded = 0;
+    PyObject *data = NULL; /* decompressed records: alive until the batch ends (a sink may hold a record) */
     if (r->full) {
         Py_ssize_t start = pos + BATCH_HEADER;
         int codec = h.attributes & 7;
@@ -387,22 +388,24 @@ static int batch_read(Reader *r, const Span *span, Py_ssize_t pos, Py_ssize_t en
         } else {
             char problem[400];
             int too_large;
-            PyObject *data = decompress(r, codec, b + start, end - start, problem, sizeof problem, &too_large);
+            data = decompress(r, codec, b + start, end - start, problem, sizeof problem, &too_large);
             if (data == NULL) {
                 if (PyErr_Occurred() ||
                     r->sink->batch_records(w, r->state, span, NULL, start, end, problem, too_large) < 0)
                     return -1;
             } else {
                 Span inner = {(const uint8_t *)PyByteArray_AS_STRING(data), data, 1};
-                int failed = r->sink->batch_records(w, r->state, span, &inner, start, end, NULL, 0) < 0 ||
-                             record_list(r, &inner, &h, 0, PyByteArray_GET_SIZE(data), &decoded) < 0;
-                Py_DECREF(data);
-                if (failed)
+                if (r->sink->batch_records(w, r->state, span, &inner, start, end, NULL, 0) < 0 ||
+                    record_list(r, &inner, &h, 0, PyByteArray_GET_SIZE(data), &decoded) < 0) {
+                    Py_DECREF(data);
                     return -1;
+                }
             }
         }
     }
-    return r->sink->batch_end(w, r->state, &h, decoded);
+    int result = r->sink->batch_end(w, r->state, &h, decoded);
+    Py_XDECREF(data);
+    return result;
 }
 
 /* --- legacy messages (magic 0 and 1) ----------------------------------------------------------- */
@@ -528,11 +531,11 @@ static int message_read(Reader *r, const Span *span, Py_ssize_t pos, Py_ssize_t 
         if (!failed && data != NULL)
             failed = items_read(&contents, &inner, 0, PyByteArray_GET_SIZE(data), 0, 1) < 0;
     }
+    /* records the message carries: itself, or a wrapper's inner messages; its contents live until it ends */
+    if (!failed)
+        failed = r->sink->message_end(w, r->state, &m, codec ? facts.messages : 1) < 0;
     Py_XDECREF(data);
-    if (failed)
-        return -1;
-    /* records the message carries: itself, or a wrapper's inner messages */
-    return r->sink->message_end(w, r->state, &m, codec ? facts.messages : 1);
+    return failed ? -1 : 0;
 }
 
 /* --- items ------------------------------------------------------------------------------------- */

@@ -70,6 +70,16 @@ static int put_python_repr(Writer *wr, PyObject *text) {
     return failed ? -1 : 0;
 }
 
+/* The first `limit` characters of text and an ellipsis (a new reference, or NULL). */
+static PyObject *cut_text(PyObject *text, Py_ssize_t limit) {
+    PyObject *head = PyUnicode_Substring(text, 0, limit);
+    PyObject *ellipsis = PyUnicode_FromOrdinal(0x2026);
+    PyObject *cut = head && ellipsis ? PyUnicode_Concat(head, ellipsis) : NULL;
+    Py_XDECREF(head);
+    Py_XDECREF(ellipsis);
+    return cut;
+}
+
 static int plain_ascii(const uint8_t *p, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++)
         if (p[i] < 0x20 || p[i] > 0x7E)
@@ -104,9 +114,7 @@ static int put_repr(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
     if (text == NULL)
         return -1;
     if (limit >= 0 && PyUnicode_GET_LENGTH(text) > limit) {
-        PyObject *head = PyUnicode_Substring(text, 0, limit);
-        Py_SETREF(text, head ? PyUnicode_FromFormat("%U\xe2\x80\xa6", head) : NULL);
-        Py_XDECREF(head);
+        Py_SETREF(text, cut_text(text, limit));
         if (text == NULL)
             return -1;
     }
@@ -153,9 +161,7 @@ static int put_bytes(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
             if (text == NULL)
                 return -1;
             if (limit >= 0 && PyUnicode_GET_LENGTH(text) > limit) {
-                PyObject *head = PyUnicode_Substring(text, 0, limit);
-                Py_SETREF(text, head ? PyUnicode_FromFormat("%U\xe2\x80\xa6", head) : NULL);
-                Py_XDECREF(head);
+                Py_SETREF(text, cut_text(text, limit));
                 if (text == NULL)
                     return -1;
             }
@@ -825,6 +831,7 @@ typedef struct {
     int kind;
     Py_ssize_t prefix;   /* the prefix length to come back to when the level closes */
     Py_ssize_t end;      /* where its items end: the last one reaches it */
+    int unread;          /* a batch's records that were not read (decompression failed or refused) */
 } Level;
 
 typedef struct {
@@ -1039,9 +1046,11 @@ static int rt_batch_records(Walker *w, void *st, const Span *outer, const Span *
         failed = label_name(&wr, "records") < 0 || label_type(&wr, "[]Record") < 0;
     }
     Py_ssize_t saved;
-    if (failed || line_end(t) < 0 || (saved = descend(t, 1)) < 0)
+    if (failed || line_end(t) < 0 || (saved = descend(t, 1)) < 0 ||
+        level_push(d, LV_RECORDS, saved, problem || !records->detached ? end : PyByteArray_GET_SIZE(records->data)) < 0)
         return -1;
-    return level_push(d, LV_RECORDS, saved, problem || !records->detached ? end : PyByteArray_GET_SIZE(records->data));
+    top_level(d)->unread = problem != NULL;
+    return 0;
 }
 
 static int rt_record(Walker *w, void *st, const Span *span, const BatchHeader *h, const RecordInfo *r) {
@@ -1148,7 +1157,7 @@ static int rt_batch_end(Walker *w, void *st, const BatchHeader *h, int64_t decod
     Text *t = d->t;
     if (top_level(d)->kind == LV_RECORDS) {
         /* a count that differs from the header's closes the list, after the last record */
-        int mismatch = decoded != h->record_count;
+        int mismatch = decoded != h->record_count && !top_level(d)->unread;
         if (pending_flush(d, !mismatch) < 0)
             return -1;
         if (mismatch) {
@@ -1243,7 +1252,14 @@ static int draw_records(Walker *w, Text *t, const Node *node) {
     Draw d = {.t = t};
     if (level_push(&d, LV_ITEMS, t->prefix.len, node->data_at + node->data_n) < 0)
         return -1;
-    return records_read(w, &text_sink, &d, node->data_at, node->data_at + node->data_n, 1, 1);
+    /* The records are read after the walk, which may have stopped on bytes further on: its failure is not
+       theirs. The reading starts clean, and the walk's failure is back after it. */
+    Walker reading = *w;
+    reading.failed = 0;
+    int result = records_read(&reading, &text_sink, &d, node->data_at, node->data_at + node->data_n, 1, 1);
+    if (reading.failed == 2)
+        w->failed = 2;
+    return result;
 }
 
 /* text_tree(roots, buf, limit, show_secrets, spans, ctx, api_names, topic_names, write, flush_at,
