@@ -2,34 +2,38 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
-from typing import TYPE_CHECKING
-
 import click
 
+from kafkasniff.commands.terminal import fail, make_console
 from kafkasniff.protocol.schema import apis, version_range
 
-if TYPE_CHECKING:
-    from rich.console import Console
+# Subcommands in modules of their own, imported when run: `decode` starts without what `spark` needs.
+LAZY_COMMANDS = {
+    "decode": ("kafkasniff.commands.decode", "decode_command"),
+    "sniff": ("kafkasniff.commands.sniff", "sniff_command"),
+    "spark": ("kafkasniff.commands.spark", "spark_command"),
+    "report": ("kafkasniff.commands.spark", "report_command"),
+}
 
 
-def make_console(stderr: bool = False) -> Console:
-    """Rich console; when output goes to a file or pipe, wide enough not to fold lines."""
-    from rich.console import Console  # here, not at start-up: decode's one-line view needs no rich
+class LazyGroup(click.Group):
+    """A click group whose subcommands in LAZY_COMMANDS are imported only when named or listed."""
 
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 200)
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module, attribute = LAZY_COMMANDS[name]
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, name)
 
 
-def fail(message: str) -> None:
-    """One clear line on stderr, exit status 2."""
-    click.echo(f"kafkasniff: {message}", err=True)
-    sys.exit(2)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kafkasniff")
 def main() -> None:
     """Kafka wire-protocol analyzer: decode captures, sniff live, explain hex dumps."""
@@ -102,17 +106,3 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
         click.echo(json.dumps(explanation_json(ident, data), indent=1))
     else:
         print_explanation(make_console(), ident, data, None if full else 64)
-
-
-def _register_commands() -> None:
-    from kafkasniff.commands.decode import decode_command
-    from kafkasniff.commands.sniff import sniff_command
-    from kafkasniff.commands.spark import report_command, spark_command
-
-    main.add_command(decode_command)
-    main.add_command(sniff_command)
-    main.add_command(spark_command)
-    main.add_command(report_command)
-
-
-_register_commands()

@@ -130,7 +130,7 @@ def default_jobs(reader: CaptureReader, options: OutputOptions) -> int:
 @output_options
 def decode_command(captures, ports, jobs, **view) -> None:
     """Decode every Kafka request and response in pcap/pcapng captures (gzip too)."""
-    from kafkasniff.cli import fail
+    from kafkasniff.commands.terminal import fail
 
     output = Output(make_options(**view))
     try:

@@ -17,7 +17,6 @@ worker, and a slow worker holds up the others instead of letting them run ahead.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import pickle
 import signal
@@ -25,14 +24,18 @@ import threading
 import traceback
 from bisect import bisect_right
 from operator import itemgetter
-from multiprocessing.connection import Connection, wait
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.render.output import Output
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream import tcp
 from kafkasniff.stream.tcp import StreamData, TcpReassembler
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+# multiprocessing is imported when workers start: small captures decode in one process, and start-up delays all.
 
 BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pipes cheap per event
 BATCH_BYTES = 4 << 20  # ... and stream bytes per batch, so batches of big segments stay small in memory
@@ -139,6 +142,8 @@ class _Merger:
         self.thread = threading.Thread(target=self._run, name="kafkasniff-merge", daemon=True)
 
     def _run(self) -> None:
+        from multiprocessing.connection import wait
+
         try:
             live = {conn: i for i, conn in enumerate(self.results)}
             while live:
@@ -178,6 +183,8 @@ class _Merger:
 def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: int) -> None:
     """Decode on `jobs` workers. `segments_after_start()` gives the segments; it is called once
     the workers are running, so whatever starts threads (a progress bar) starts after the fork."""
+    import multiprocessing
+
     ctx = multiprocessing.get_context("fork")
     workers: list[_Worker] = []
     for _ in range(jobs):

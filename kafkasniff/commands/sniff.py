@@ -44,7 +44,7 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
     prints what it saw to standard error. Needs root or CAP_NET_RAW.
     """
     from kafkasniff.capture.live import LiveCapture, LiveCaptureError, port_filter
-    from kafkasniff.cli import fail
+    from kafkasniff.commands.terminal import fail
 
     if list_interfaces:
         _print_interfaces()
@@ -120,7 +120,7 @@ class LiveSession:
                 events = self.analyzer.tick(time.time())
                 if events:
                     self._show(events)
-                    sys.stdout.flush()
+                    self.output.flush()
                 continue
             ts, linktype, frame, wire_len = item
             self.frames += 1
@@ -132,7 +132,7 @@ class LiveSession:
                 if events:
                     self._show(events)
                     # users pipe into jq or tee: each message must go out as soon as it is decoded
-                    sys.stdout.flush()
+                    self.output.flush()
                     if self.count is not None and self.counted >= self.count:
                         return
 

@@ -24,7 +24,7 @@ def _spark_options(f):
 
 
 def _conf_pairs(confs) -> dict[str, str]:
-    from kafkasniff.cli import fail
+    from kafkasniff.commands.terminal import fail
 
     pairs = {}
     for item in confs:
@@ -38,7 +38,7 @@ def _conf_pairs(confs) -> dict[str, str]:
 @contextmanager
 def _spark(master: str, confs):
     """A Spark session for the command, or exit 2 saying what is missing."""
-    from kafkasniff.cli import fail
+    from kafkasniff.commands.terminal import fail
     from kafkasniff.pipeline.sparkenv import SparkUnavailable, missing_requirement, spark_session
 
     problem = missing_requirement()
@@ -66,7 +66,7 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
     (hdfs://, s3a://, file:///...). A connection split across rotated files (tcpdump -C/-G)
     is reassembled as if it were one capture.
     """
-    from kafkasniff.cli import fail, make_console
+    from kafkasniff.commands.terminal import fail, make_console
     from kafkasniff.pipeline.inputs import InputError, expand_local, expand_uris, is_uri
 
     from kafkasniff.pipeline.build import build_tables
@@ -110,7 +110,7 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
 @_spark_options
 def report_command(directory, as_json, top, master, confs) -> None:
     """Latency percentiles, error rates, top topics, clients and throttling from `spark` tables."""
-    from kafkasniff.cli import fail, make_console
+    from kafkasniff.commands.terminal import fail, make_console
     from kafkasniff.pipeline.inputs import is_uri
     from kafkasniff.pipeline.report import report
     from kafkasniff.pipeline.tables import TABLES

@@ -7,9 +7,11 @@ things up in it. Version ranges are `[lo, hi]` lists (hi = 32767 for "and up").
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
-from importlib import resources
 from typing import NamedTuple
+
+TABLE = os.path.join(os.path.dirname(__file__), "schema_table.json")
 
 
 class Variant(NamedTuple):
@@ -24,7 +26,8 @@ class Variant(NamedTuple):
 
 @cache
 def table() -> dict:
-    return json.loads(resources.files("kafkasniff.protocol").joinpath("schema_table.json").read_text())
+    with open(TABLE, encoding="utf-8") as f:
+        return json.load(f)
 
 
 @cache

@@ -7,19 +7,13 @@ from typing import Iterable
 import orjson
 
 from kafkasniff.protocol.embedded import SASL_AUTHENTICATE
-from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Malformed
 from kafkasniff.protocol.messages import Message, json_body
 from kafkasniff.protocol.sasl import SECRET, TokenReader
+from kafkasniff.render.values import FRAME_PREFIX, error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent, endpoint_text
 
 MASK = "********"
-FRAME_PREFIX = 4  # offsets shown to people count from the start of the frame's size prefix
-
-
-def error_names(msg: Message) -> list[str]:
-    """Names of the non-zero error codes in the body, each once."""
-    return list(dict.fromkeys(error_name(code) for code in msg.errors)) if msg.errors else []
 
 
 def topics(msg: Message) -> list[str]:

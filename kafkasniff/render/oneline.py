@@ -6,7 +6,7 @@ import time
 from functools import lru_cache
 
 from kafkasniff.protocol.schema import carries_records
-from kafkasniff.render.jsonview import FRAME_PREFIX, error_names
+from kafkasniff.render.values import FRAME_PREFIX, error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent, endpoint_text
 
 

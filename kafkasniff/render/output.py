@@ -6,25 +6,24 @@ Shared by decode and sniff: `emit` each event as it is decoded, `finish` at the 
 from __future__ import annotations
 
 import contextlib
-import orjson
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from kafkasniff.protocol.schema import carries_records
-from kafkasniff.render.jsonview import error_names, event_line as json_line
 from kafkasniff.render.oneline import TOPICS_SLOT, event_line, topics_text
+from kafkasniff.render.values import error_names
 from kafkasniff.stream.session import MessageEvent
 
-# The tree view, statistics and records (rich, the codecs) are imported by the views that use them:
-# the one-line view starts without them.
+# The tree view, JSON, statistics and records (rich, orjson, the codecs) are imported by the views that use
+# them: the one-line view starts without them.
 
 NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 # Stands for the topics list in JSON rendered by a parallel worker; a topic cannot be named so (NUL).
 TOPICS_PLACEHOLDER = "\x00topics\x00"
-_PLACEHOLDER_JSON = orjson.dumps([TOPICS_PLACEHOLDER])
 _SLOT_BYTES = TOPICS_SLOT.encode()
+OUTPUT_BLOCK = 1 << 16  # bytes of output gathered before they are written
 
 
 @dataclass
@@ -107,6 +106,10 @@ class Output:
     def __init__(self, options: OutputOptions, out: TextIO | None = None):
         self.options = options
         self._out = out  # None: whatever sys.stdout is at the time (a progress bar may redirect it)
+        # Lines gathered and written a block at a time, whatever Python's own buffering of stdout is
+        # (PYTHONUNBUFFERED would make every line a system call); `flush` writes them out (sniff: each message).
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self.shown = 0
         self.topic_names = TopicNames()
         self.stats = None
@@ -114,6 +117,11 @@ class Output:
             from kafkasniff.render.stats import Stats
 
             self.stats = Stats()
+        self.json_line = None
+        if options.view == "json":
+            from kafkasniff.render.jsonview import event_line as json_line
+
+            self.json_line = json_line
         self.tree = None
         if options.view == "tree" and options.prints_events:
             from kafkasniff.render.tree import TreeView
@@ -169,18 +177,30 @@ class Output:
         if self.tree is not None:
             self.tree.show(ev, topics)
         elif o.view == "json":
-            self.write_bytes(json_line(ev, o.show_secrets, topics, self.write_bytes) + b"\n")
+            self.write_bytes(self.json_line(ev, o.show_secrets, topics, self.write_bytes) + b"\n")
         else:
-            self.out.write(event_line(ev, o.show_secrets, topics) + "\n")
+            self.write_bytes((event_line(ev, o.show_secrets, topics) + "\n").encode())
 
     def write_bytes(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= OUTPUT_BLOCK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write out what was gathered, and flush the output."""
         out = self.out
-        binary = getattr(out, "buffer", None)
-        if binary is not None:
-            out.flush()
-            binary.write(data)
-        else:
-            out.write(data.decode())
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+            binary = getattr(out, "buffer", None)
+            if binary is not None:
+                out.flush()
+                binary.write(data)
+            else:
+                out.write(data.decode())
+        out.flush()
 
     # Parallel decoding: workers `render` events, the parent `deliver`s them in capture order,
     # resolving topic ids, which needs every earlier message of the capture.
@@ -203,7 +223,7 @@ class Output:
             mentions = event_mentions(ev)
         if o.view == "json":
             topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
-            return json_line(ev, o.show_secrets, topics) + b"\n", mentions
+            return self.json_line(ev, o.show_secrets, topics) + b"\n", mentions
         return (event_line(ev, o.show_secrets, TOPICS_SLOT) + "\n").encode(), mentions
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
@@ -215,7 +235,9 @@ class Output:
                 if self.options.topics and self.options.topics.isdisjoint(topics):
                     continue
                 if self.options.view == "json":
-                    line = line.replace(_PLACEHOLDER_JSON, orjson.dumps(list(topics)), 1)
+                    import orjson
+
+                    line = line.replace(orjson.dumps([TOPICS_PLACEHOLDER]), orjson.dumps(list(topics)), 1)
                 else:
                     line = line.replace(_SLOT_BYTES, topics_text(topics).encode(), 1)
             chunks.append(line)
@@ -235,12 +257,15 @@ class Output:
     def finish(self) -> None:
         if self.stats is not None:
             if self.options.view == "json":
-                self.out.write(orjson.dumps(self.stats.to_json()).decode() + "\n")
+                import orjson
+
+                self.write_bytes(orjson.dumps(self.stats.to_json()) + b"\n")
             else:
                 from kafkasniff.render.stats import print_stats
 
+                self.flush()
                 print_stats(self.stats, self.out)
-        self.out.flush()
+        self.flush()
 
 
 def stdout_gone() -> None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kafkasniff.render.jsonview import error_names
+from kafkasniff.render.values import error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent
 
 PERCENTILES = (50, 95, 99)

@@ -23,9 +23,9 @@ from kafkasniff.protocol.messages import Message, tree_text, with_fields
 from kafkasniff.protocol.sasl import SECRET, TOKEN
 from kafkasniff.render.bytemap import Row, rows
 from kafkasniff.render.explain import message_rows
-from kafkasniff.render.jsonview import FRAME_PREFIX, MASK, token_reader
+from kafkasniff.render.jsonview import MASK, token_reader
 from kafkasniff.render.oneline import message_line, notice_line, sasl_line
-from kafkasniff.render.values import DEFAULT_MAX_VALUE, show_bytes, show_value
+from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_bytes, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
 HEX_SHOWN = 8  # bytes per row shown unless --full

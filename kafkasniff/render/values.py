@@ -6,9 +6,17 @@ import base64
 import time
 
 from kafkasniff.protocol._walk import readable
+from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Field
+from kafkasniff.protocol.messages import Message
 
 DEFAULT_MAX_VALUE = 64
+FRAME_PREFIX = 4  # offsets shown to people count from the start of the frame's size prefix
+
+
+def error_names(msg: Message) -> list[str]:
+    """Names of the non-zero error codes in the message's body, each once."""
+    return list(dict.fromkeys(error_name(code) for code in msg.errors)) if msg.errors else []
 def show_bytes(raw, limit: int | None = DEFAULT_MAX_VALUE) -> str:
     """Bytes as people read them: quoted text when readable (valid UTF-8, printable), else hex; cut to
     `limit` characters (or limit/2 bytes of hex), with their size. Only what is shown is formatted: a value
