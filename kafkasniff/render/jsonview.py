@@ -69,16 +69,18 @@ def message_event_json(ev: MessageEvent, topic_names: Iterable[str] | None = Non
 
 def message_event_line(ev: MessageEvent, show_secrets: bool = False, topic_names: Iterable[str] | None = None,
                        write=None) -> bytes:
-    """The event's JSON object, body last, written from the bytes in one pass. With `write`, long bodies go to
-    it in pieces (between whole record batches) and the rest is returned."""
+    """The event's JSON line, body last, written from the bytes in one pass. With `write`, the line goes to it
+    in pieces (a long body between whole record batches) and only its end is returned."""
     head = orjson.dumps(message_event_json(ev, topic_names))
     m = ev.message
     if write is None:
         body = json_body(m, ev.payload, token_reader(m, show_secrets))
-        return b"".join((head[:-1], b',"body":', b"null" if body is None else body, b"}"))
-    write(head[:-1] + b',"body":')
+        return b"".join((head[:-1], b',"body":', b"null" if body is None else body, b"}\n"))
+    write(head[:-1])
+    write(b',"body":')
     body = json_body(m, ev.payload, token_reader(m, show_secrets), write)
-    return (b"null" if body is None else body) + b"}"
+    write(b"null" if body is None else body)
+    return b"}\n"
 
 
 def sasl_token_json(ev: SaslTokenEvent, show_secrets: bool = False) -> dict:
@@ -102,9 +104,9 @@ def notice_json(ev: NoticeEvent) -> dict:
 
 
 def event_line(ev, show_secrets: bool = False, topic_names: Iterable[str] | None = None, write=None) -> bytes:
-    """One event as a JSON line's text (without its newline); `write`: see message_event_line."""
+    """One event as a JSON line (with its newline); `write`: see message_event_line."""
     if type(ev) is MessageEvent:
         return message_event_line(ev, show_secrets, topic_names, write)
     if type(ev) is SaslTokenEvent:
-        return orjson.dumps(sasl_token_json(ev, show_secrets))
-    return orjson.dumps(notice_json(ev))
+        return orjson.dumps(sasl_token_json(ev, show_secrets), option=orjson.OPT_APPEND_NEWLINE)
+    return orjson.dumps(notice_json(ev), option=orjson.OPT_APPEND_NEWLINE)

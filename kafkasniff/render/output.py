@@ -177,7 +177,7 @@ class Output:
         if self.tree is not None:
             self.tree.show(ev, topics)
         elif o.view == "json":
-            self.write_bytes(self.json_line(ev, o.show_secrets, topics, self.write_bytes) + b"\n")
+            self.write_bytes(self.json_line(ev, o.show_secrets, topics, self.write_bytes))
         else:
             self.write_bytes((event_line(ev, o.show_secrets, topics) + "\n").encode())
 
@@ -223,7 +223,7 @@ class Output:
             mentions = event_mentions(ev)
         if o.view == "json":
             topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
-            return self.json_line(ev, o.show_secrets, topics) + b"\n", mentions
+            return self.json_line(ev, o.show_secrets, topics), mentions
         return (event_line(ev, o.show_secrets, TOPICS_SLOT) + "\n").encode(), mentions
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:

@@ -503,6 +503,10 @@ PyObject *json_body(PyObject *self, PyObject *args) {
     }
     Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &json_builder, .state = &j,
                 .decompress_budget = limit};
+    /* a body's JSON is about three times its bytes (records in base64 and as text): room for it at once */
+    Py_ssize_t guess = 3 * (end - pos) + 256;
+    if (out_reserve(&j.out, guess < 2 * flush_at ? guess : 2 * flush_at) < 0)
+        goto done;
     Py_ssize_t stop;
     walk_program(&w, (const Program *)program, pos, end, &stop);
     if (w.failed == 2)

@@ -87,29 +87,36 @@ static int plain_ascii(const uint8_t *p, Py_ssize_t n) {
     return 1;
 }
 
+/* repr() of plain printable ASCII (no quotes chosen yet): what Python writes, without asking Python. */
+static int put_ascii_repr(Writer *wr, const uint8_t *p, Py_ssize_t shown, int cut) {
+    int single = memchr(p, '\'', shown) != NULL, dbl = memchr(p, '"', shown) != NULL;
+    char quote = single && !dbl ? '"' : '\'';
+    Out *o = wr->text;
+    if (out_reserve(o, 2 * shown + 8) < 0)
+        return -1;
+    char *d = o->data + o->len;
+    *d++ = quote;
+    for (Py_ssize_t i = 0; i < shown; i++) {
+        if (p[i] == '\\' || p[i] == (uint8_t)quote)
+            *d++ = '\\';
+        *d++ = (char)p[i];
+    }
+    if (cut) {
+        memcpy(d, "\xe2\x80\xa6", 3);
+        d += 3;
+    }
+    *d++ = quote;
+    o->len = d - o->data;
+    return 0;
+}
+
 /* repr() of UTF-8 text cut to `limit` characters (an ellipsis marks the cut; limit < 0: no cut). */
 static int put_repr(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
-    if (plain_ascii(p, n)) {
-        int cut = limit >= 0 && n > limit;
-        Py_ssize_t shown = cut ? limit : n;
-        int single = memchr(p, '\'', shown) != NULL, dbl = memchr(p, '"', shown) != NULL;
-        char quote = single && !dbl ? '"' : '\'';
-        Out *o = wr->text;
-        if (out_reserve(o, 2 * shown + 8) < 0)
-            return -1;
-        o->data[o->len++] = quote;
-        for (Py_ssize_t i = 0; i < shown; i++) {
-            if (p[i] == '\\' || p[i] == (uint8_t)quote)
-                o->data[o->len++] = '\\';
-            o->data[o->len++] = (char)p[i];
-        }
-        if (cut) {
-            memcpy(o->data + o->len, "\xe2\x80\xa6", 3);
-            o->len += 3;
-        }
-        o->data[o->len++] = quote;
-        return 0;
-    }
+    int cut = limit >= 0 && n > limit;
+    Py_ssize_t shown = cut ? limit : n;
+    /* the shown characters are its first `shown` bytes when those are ASCII */
+    if (plain_ascii(p, shown))
+        return put_ascii_repr(wr, p, shown, cut);
     PyObject *text = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
     if (text == NULL)
         return -1;
@@ -124,17 +131,31 @@ static int put_repr(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
 }
 
 /* Whether bytes are text a person can read: valid UTF-8, every character printable (or a tab or newline).
- * The whole value is looked at, nothing is allocated: a value can be megabytes long. */
-int readable_text(const uint8_t *p, Py_ssize_t n, int *ascii) {
-    *ascii = 1;
+ * The whole value is looked at, nothing is allocated: a value can be megabytes long. `plain` says whether it
+ * is printable ASCII only (no tabs or newlines either), which repr() shows as it is. */
+int readable_text(const uint8_t *p, Py_ssize_t n, int *plain) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    *plain = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
+        /* eight printable ASCII bytes at a time: no high bit, none below 0x20, none at 0x7F */
+        while (i + 8 <= n) {
+            uint64_t x;
+            memcpy(&x, p + i, 8);
+            if ((x | ((x - ones * 0x20) & ~x) | (x + ones)) & highs)
+                break;
+            i += 8;
+        }
+        if (i >= n)
+            break;
         uint8_t c = p[i];
+        if (c >= 0x20 && c < 0x7F)
+            continue;
+        *plain = 0;
         if (c < 0x80) {
-            if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F)
+            if (c == 0x7F || (c != '\t' && c != '\n' && c != '\r'))
                 return 0;
             continue;
         }
-        *ascii = 0;
         int more = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
         if (n - i <= more || !utf8_valid(p + i, more + 1))
             return 0;
@@ -150,25 +171,14 @@ int readable_text(const uint8_t *p, Py_ssize_t n, int *ascii) {
 
 /* Bytes as people read them: quoted text when readable, else hex; long ones cut, with their size. */
 static int put_bytes(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
-    int ascii;
-    if (readable_text(p, n, &ascii)) {
-        if (ascii && !memchr(p, '\t', n) && !memchr(p, '\n', n) && !memchr(p, '\r', n)) {
-            if (put_repr(wr, p, n, limit) < 0)
+    int plain;
+    if (readable_text(p, n, &plain)) {
+        int cut = limit >= 0 && n > limit;
+        if (plain) {
+            if (put_ascii_repr(wr, p, cut ? limit : n, cut) < 0)
                 return -1;
-        } else {
-            /* tabs and newlines are escaped by repr(); non-ASCII counts characters, not bytes */
-            PyObject *text = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
-            if (text == NULL)
-                return -1;
-            if (limit >= 0 && PyUnicode_GET_LENGTH(text) > limit) {
-                Py_SETREF(text, cut_text(text, limit));
-                if (text == NULL)
-                    return -1;
-            }
-            int failed = put_python_repr(wr, text);
-            Py_DECREF(text);
-            if (failed)
-                return -1;
+        } else if (put_repr(wr, p, n, limit) < 0) { /* tabs and newlines are escaped; characters, not bytes */
+            return -1;
         }
     } else {
         static const char hex[] = "0123456789abcdef";
@@ -192,20 +202,34 @@ static int put_bytes(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
     return 0;
 }
 
-/* A time in milliseconds since the epoch, as UTC with milliseconds. */
+/* A time in milliseconds since the epoch, as UTC with milliseconds. Records of a batch mostly share their
+ * second: its text is remembered. */
 static int put_timestamp(Writer *wr, i128 ms) {
+    static int64_t last_second = INT64_MIN;
+    static char last_text[64];
+    static Py_ssize_t last_len;
     if (ms < 0)
         return PUT(wr, "no timestamp", ST_NONE);
-    time_t seconds = (time_t)(ms / 1000);
-    struct tm tm;
-    char text[64];
-    if (ms / 1000 > (i128)INT64_MAX / 2 || gmtime_r(&seconds, &tm) == NULL ||
-        strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+    if (ms / 1000 > (i128)INT64_MAX / 2)
         return put_i128(wr, ms);
-    if (PUT(wr, text, ST_NONE) < 0)
+    int64_t second = (int64_t)(ms / 1000);
+    if (second != last_second) {
+        time_t seconds = (time_t)second;
+        struct tm tm;
+        size_t len;
+        if (gmtime_r(&seconds, &tm) == NULL || (len = strftime(last_text, sizeof last_text, "%Y-%m-%dT%H:%M:%S",
+                                                              &tm)) == 0) {
+            last_second = INT64_MIN;
+            return put_i128(wr, ms);
+        }
+        last_second = second;
+        last_len = (Py_ssize_t)len;
+    }
+    int millis = (int)(ms % 1000);
+    char tail[6] = {'.', (char)('0' + millis / 100), (char)('0' + millis / 10 % 10), (char)('0' + millis % 10), 'Z'};
+    if (put(wr, last_text, last_len, ST_NONE) < 0)
         return -1;
-    snprintf(text, sizeof text, ".%03dZ", (int)(ms % 1000));
-    return PUT(wr, text, ST_NONE);
+    return put(wr, tail, 5, ST_NONE);
 }
 
 static int put_object_text(Writer *wr, PyObject *value) {

@@ -543,13 +543,13 @@ static PyObject *set_hooks(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-int readable_text(const uint8_t *p, Py_ssize_t n, int *ascii);
+int readable_text(const uint8_t *p, Py_ssize_t n, int *plain);
 
 static PyObject *readable(PyObject *self, PyObject *arg) {
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0)
         return NULL;
-    int ascii, found = readable_text(buf.buf, buf.len, &ascii);
+    int plain, found = readable_text(buf.buf, buf.len, &plain);
     PyBuffer_Release(&buf);
     return PyBool_FromLong(found);
 }

@@ -220,10 +220,25 @@ typedef struct {
     char *data;
     Py_ssize_t len, cap;
 } Out;
-int out_reserve(Out *o, Py_ssize_t more);
-int out_write(Out *o, const void *p, Py_ssize_t n);
+int out_grow(Out *o, Py_ssize_t more);
+/* Room for `more` bytes; 0, or -1 with MemoryError. */
+static inline int out_reserve(Out *o, Py_ssize_t more) { return o->cap - o->len >= more ? 0 : out_grow(o, more); }
+static inline int out_write(Out *o, const void *p, Py_ssize_t n) {
+    if (n == 0) /* p may be NULL then (an empty prefix, say), which memcpy must not see */
+        return 0;
+    if (out_reserve(o, n) < 0)
+        return -1;
+    memcpy(o->data + o->len, p, n);
+    o->len += n;
+    return 0;
+}
 #define OUT_LIT(o, s) out_write((o), (s), (Py_ssize_t)(sizeof(s) - 1))
-int out_char(Out *o, char c);
+static inline int out_char(Out *o, char c) {
+    if (o->len == o->cap && out_grow(o, 1) < 0)
+        return -1;
+    o->data[o->len++] = c;
+    return 0;
+}
 int out_i64(Out *o, int64_t v);
 int out_u64(Out *o, uint64_t v);
 int out_i128(Out *o, i128 v);
