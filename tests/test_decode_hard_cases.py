@@ -86,9 +86,12 @@ def message(events: list[dict], kind: str, api_name: str, correlation_id: int, s
     return found
 
 
-def notice(stream: int, client: str, server: str, ts: float, text: str, offset: int, size: int) -> dict:
-    return {"kind": "notice", "ts": ts, "notice": "skipped", "text": text, "stream": stream,
-            "src": client, "dst": server, "stream_offset": offset, "size": size}
+def notice(stream: int, client: str, server: str, direction: str, ts: float, text: str, offset: int,
+           size: int) -> dict:
+    """A notice of bytes not shown as messages: skipped, or missing from the capture."""
+    return {"kind": "notice", "ts": ts, "notice": "missing" if text == MISSING else "skipped", "text": text,
+            "stream": stream, "src": client, "dst": server, "direction": direction, "stream_offset": offset,
+            "size": size}
 
 
 def text_json(data: bytes | None) -> dict | None:
@@ -161,8 +164,9 @@ def request_of(events: list[dict], api_name: str, size: int) -> dict:
 
 
 def test_mid_connection_start_resynchronises_and_reports_the_skipped_bytes(tmp_path):
-    """The capture begins 100 bytes into confluent's first Produce: the rest of it and its
-    response are skipped and counted; the pipelined Produces after it decode and pair."""
+    """The capture begins 100 bytes into confluent's first Produce: the rest of it is skipped
+    and counted; its response, captured whole, is inferred; the pipelined Produces after it
+    decode and pair."""
     events = original("confluent_codecs")
     big = request_of(events, "Produce", 1048748)
     stream, client = big["stream"], big["src"]
@@ -185,13 +189,13 @@ def test_mid_connection_start_resynchronises_and_reports_the_skipped_bytes(tmp_p
     rest.remove(response2)
     assert [e["api_name"] for e in before[:before.index(produce2)]] == ["ApiVersions", "ApiVersions"]
     skipped_request = produce2["size"] + 4 - 100
-    skipped_response = response2["size"] + 4
-    # Each notice comes when the next frame is found, with that frame's time.
-    expected = [notice(stream, client, big["dst"], rest[0]["ts"], MID_STREAM, 0, skipped_request)]
+    # The notice comes when the next frame is found, with that frame's time.
+    expected = [notice(stream, client, big["dst"], "c2s", rest[0]["ts"], MID_STREAM, 0, skipped_request)]
     expected += rest[:2]  # Produce 3 and 4, sent before any response
-    expected.append(notice(stream, client, big["dst"], rest[2]["ts"], MID_STREAM, 0, skipped_response))
+    # Produce v10 is what the client sends: of the versions whose responses fit, it is the one shown.
+    expected.append(dict(response2, inferred=True, latency_ms=None, client_id=None))
     expected += rest[2:]
-    assert (skipped_request, skipped_response) == (184, 65)
+    assert skipped_request == 184
     assert of_stream(got, stream) == expected
     assert all(e["latency_ms"] is not None for e in rest if e["kind"] == "response")
 
@@ -212,10 +216,13 @@ def test_mid_connection_start_inside_a_one_megabyte_produce(tmp_path):
     before = of_stream(events, stream)
     response5 = message(before, "response", "Produce", 5, stream)
     telemetry = [e for e in before if e["api_name"] == "GetTelemetrySubscriptions"]
+    # The response to the cut Produce was captured whole: inferred. No Produce request is at hand to
+    # tell the version, and Produce v9 and v10 responses share one layout: the lower one is shown.
+    assert response5["api_version"] == 10
     assert of_stream(got, stream) == [
-        notice(stream, client, big["dst"], telemetry[0]["ts"], MID_STREAM, 0, skipped),
+        notice(stream, client, big["dst"], "c2s", telemetry[0]["ts"], MID_STREAM, 0, skipped),
         telemetry[0],
-        notice(stream, client, big["dst"], telemetry[1]["ts"], MID_STREAM, 0, response5["size"] + 4),
+        dict(response5, inferred=True, latency_ms=None, client_id=None, api_version=9),
         telemetry[1],
     ]
 
@@ -243,10 +250,10 @@ def test_lost_segment_inside_a_one_megabyte_fetch_response(tmp_path):
     assert tcp_of(last.frame).flags & dpkt.tcp.TH_RST
     given_up = round(last.ts, 6)  # the hole waits for a retransmission until the client resets
     lost_notices = [
-        notice(stream, client, fetch["src"], given_up, "partial frame lost in a gap",
+        notice(stream, client, fetch["src"], "s2c", given_up, "partial frame lost in a gap",
                response_offset, lost_offset - response_offset),
-        notice(stream, client, fetch["src"], given_up, MISSING, lost_offset, pcapkit.LOOPBACK_MSS),
-        notice(stream, client, fetch["src"], given_up, "resynchronised after a gap",
+        notice(stream, client, fetch["src"], "s2c", given_up, MISSING, lost_offset, pcapkit.LOOPBACK_MSS),
+        notice(stream, client, fetch["src"], "s2c", given_up, "resynchronised after a gap",
                lost_offset + pcapkit.LOOPBACK_MSS, response_offset + fetch["size"] + 4 - lost_offset - pcapkit.LOOPBACK_MSS),
     ]
     assert sum(n["size"] for n in lost_notices) == fetch["size"] + 4
@@ -278,7 +285,7 @@ def test_response_whose_request_was_not_captured_is_inferred(tmp_path):
     offset = sum(e["size"] + 4 for e in before if e["kind"] == "request" and e["ts"] < fetch["ts"])
     # The hole waits for a retransmission until the capture ends; the response waits with it,
     # since its request might still arrive from behind the hole.
-    gap = notice(stream, client, fetch["dst"], round(pks[-1].ts, 6), MISSING, offset, fetch["size"] + 4)
+    gap = notice(stream, client, fetch["dst"], "c2s", round(pks[-1].ts, 6), MISSING, offset, fetch["size"] + 4)
     assert of_stream(got, stream) == [e for e in before if e not in (fetch, response)] + [gap, inferred]
     assert (inferred["api_name"], inferred["api_version"], inferred["topics"]) == ("Fetch", 12, ["kafka-python-none"])
 
@@ -513,17 +520,28 @@ def conversation_inside(name: str, client: tuple[str, int], server: tuple[str, i
     return TcpConversation(client, server, start=_packets(name)[0].ts + 0.003)
 
 
-def test_http_connection_is_skipped_quietly(tmp_path):
+def test_http_connection_is_reported_as_not_kafka(tmp_path):
+    """Not silent: the connection appears once per direction, with the bytes it carried."""
     http = conversation_inside("consumer_group", ("127.0.0.1", 48000), ("127.0.0.1", 8080))
     body = hashlib.shake_256(b"an opaque download").digest(20000)  # binary: sizes that look plausible
-    http.send(True, b"GET /download HTTP/1.1\r\nHost: localhost:8080\r\nAccept: */*\r\n\r\n")
-    http.send(False, b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    request = b"GET /download HTTP/1.1\r\nHost: localhost:8080\r\nAccept: */*\r\n\r\n"
+    response = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % \
+        len(body) + body
+    http.send(True, request)
+    http.send(False, response)
     pks = http.close()
     assert len([p for p in pks if payload_len(p)]) == 1 + 14
     got = decode(write_pcap(tmp_path / "http.pcap", merged_with("consumer_group", pks)))
-    assert by_connection(got) == by_connection(original("consumer_group"))
-    assert max(e["stream"] for e in got) == max(e["stream"] for e in original("consumer_group")) + 1
+    reported = [e for e in got if e["kind"] == "notice"]
+    assert by_connection([e for e in got if e not in reported]) == by_connection(original("consumer_group"))
+    closed = pks[-2].ts  # the second FIN ends the connection
+    text = "not Kafka: no Kafka request or response found; not decoded"
+    assert [{k: v for k, v in e.items() if k != "stream"} for e in reported] == [
+        {"kind": "notice", "ts": closed, "notice": "not-kafka", "text": text, "src": "127.0.0.1:48000",
+         "dst": "127.0.0.1:8080", "direction": direction, "stream_offset": 0, "size": size}
+        for direction, size in (("c2s", len(request)), ("s2c", len(response)))]
+    assert len({e["stream"] for e in reported}) == 1
+    assert len({e["stream"] for e in got}) == len({e["stream"] for e in original("consumer_group")}) + 1
 
 
 def client_hello() -> bytes:
@@ -535,21 +553,35 @@ def client_hello() -> bytes:
     return outgoing.read()
 
 
-def test_tls_connection_is_reported_once(tmp_path):
+@pytest.mark.parametrize("options, broker, handshake", [
+    ([], BROKER, True),
+    (["--port", "9093"], 9093, True),  # a port hint no longer turns the TLS check off
+    (["--port", "9093"], 9093, False),  # without the handshake, the records' chain tells
+], ids=["plain", "port-hint", "port-hint-mid-way"])
+def test_tls_connection_is_reported_at_once_and_its_bytes_at_the_end(tmp_path, options, broker, handshake):
     hello = client_hello()
     assert hello[:3] == b"\x16\x03\x01"
-    tls = conversation_inside("consumer_group", ("127.0.0.1", 48001), ("127.0.0.1", BROKER))
+    alert = b"\x15\x03\x03\x00\x02\x02\x28"  # handshake failure
+    data = b"\x17\x03\x03\x00\x05" + bytes(5)  # an application data record
+    tls = conversation_inside("consumer_group", ("127.0.0.1", 48001), ("127.0.0.1", broker))
     tls.send(True, hello)
-    tls.send(False, b"\x15\x03\x03\x00\x02\x02\x28")  # alert: handshake failure
-    tls.send(True, b"\x17\x03\x03\x00\x05" + bytes(5))  # an application data record
+    tls.send(False, alert)
+    tls.send(True, data)
     pks = tls.close()
-    got = decode(write_pcap(tmp_path / "tls.pcap", merged_with("consumer_group", pks)))
-    hello_ts = next(p.ts for p in pks if payload_len(p))
+    if not handshake:  # the capture starts after the ClientHello
+        pks = pks[4:]
+        assert payload_len(pks[0]) == len(alert)
+    got = decode(write_pcap(tmp_path / "tls.pcap", merged_with("consumer_group", pks)), *options)
+    first_ts = next(p.ts for p in pks if payload_len(p))
     reported = [e for e in got if e["kind"] == "notice"]
-    assert len(reported) == 1
     stream = reported[0]["stream"]
-    assert reported == [{"kind": "notice", "ts": hello_ts, "notice": "tls", "text": "TLS: cannot decode without keys",
-                         "stream": stream, "src": "127.0.0.1:48001", "dst": f"127.0.0.1:{BROKER}"}]
+    connection = {"stream": stream, "src": "127.0.0.1:48001", "dst": f"127.0.0.1:{broker}"}
+    sizes = [("c2s", len(hello) + len(data)), ("s2c", len(alert))] if handshake else [("c2s", len(data)),
+                                                                                      ("s2c", len(alert))]
+    assert reported == [
+        {"kind": "notice", "ts": first_ts, "notice": "tls", "text": "TLS: cannot decode without keys", **connection}
+    ] + [{"kind": "notice", "ts": pks[-2].ts, "notice": "tls", "text": "TLS: encrypted bytes, not decoded",
+          **connection, "direction": direction, "stream_offset": 0, "size": size} for direction, size in sizes]
     assert by_connection([e for e in got if e["kind"] != "notice"]) == by_connection(original("consumer_group"))
 
 

@@ -349,7 +349,8 @@ def test_notices_in_every_view():
     assert render(events, "-V") == render(events)
     assert json.loads(render(events, "--json")) == {
         "kind": "notice", "ts": 1700000000.001, "notice": "skipped", "text": "stream ended inside a frame (6 of 23 bytes)",
-        "stream": 0, "src": "10.0.0.1:40000", "dst": "10.0.0.2:9092", "stream_offset": 0, "size": 10}
+        "stream": 0, "src": "10.0.0.1:40000", "dst": "10.0.0.2:9092", "direction": "c2s", "stream_offset": 0,
+        "size": 10}
 
 
 PASSWORD = b"s3cret-pw"

@@ -23,14 +23,19 @@ def has_size_prefix(data: bytes) -> bool:
 RECORDS_EXPLAINED = 10_000
 
 
-def infer_response(buf, pos: int = 0, end: int | None = None) -> list[Message]:
-    """Every response interpretation that consumes the bytes exactly, most plausible first (summaries only)."""
+def infer_response(buf, pos: int = 0, end: int | None = None,
+                   usual: frozenset[tuple[int, int]] = frozenset()) -> list[Message]:
+    """Every response interpretation that consumes the bytes exactly, most plausible first (summaries only):
+    least suspicious; among equals, the APIs and versions in `usual` (what the client is seen to send),
+    then the lowest API key and version."""
     fits = []
     for key, version in all_versions("response"):
         msg = decode_response(buf, key, version, pos, end, skim=True)
         if msg.complete:
             fits.append(msg)
-    return sorted(fits, key=lambda m: (m.suspicion, m.api_key, m.api_version))
+    usual_keys = {key for key, _ in usual}
+    return sorted(fits, key=lambda m: (m.suspicion, (m.api_key, m.api_version) not in usual,
+                                       m.api_key not in usual_keys, m.api_key, m.api_version))
 
 
 @dataclass

@@ -62,6 +62,8 @@ def message_event_json(ev: MessageEvent, topic_names: Iterable[str] | None = Non
     if m.kind == "response":
         out["latency_ms"] = round(ev.latency_ms, 3) if ev.latency_ms is not None else None
         out["inferred"] = ev.inferred
+        if ev.unexpected:
+            out["unexpected"] = True
     else:
         out["expects_response"] = ev.expects_response
     return out
@@ -99,7 +101,7 @@ def notice_json(ev: NoticeEvent) -> dict:
         out["stream"] = ev.conn.stream
         out["src"], out["dst"] = endpoint_text(ev.conn.client), endpoint_text(ev.conn.server)
     if ev.size:
-        out["stream_offset"], out["size"] = ev.stream_offset, ev.size
+        out["direction"], out["stream_offset"], out["size"] = ev.direction, ev.stream_offset, ev.size
     return out
 
 

@@ -66,6 +66,8 @@ def message_line(ev: MessageEvent, topics: dict[str, list] | str | None = None) 
         line += f" {ev.latency_ms:.3f}ms"
     if ev.inferred:
         line += " (request not captured: inferred)"
+    elif ev.unexpected:
+        line += " (unexpected: its request expected no response)"
     if topics is not None and carries_records(m.api_key):
         line += topics if type(topics) is str else topics_text(topics)
     if m.batches:

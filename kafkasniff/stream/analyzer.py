@@ -58,9 +58,10 @@ class Analyzer:
     # One method per kind of TCP event, taking its content: parallel decoding sends events as plain values.
 
     def opened(self, stream: int, a: tcp.Endpoint, b: tcp.Endpoint, from_start: bool) -> None:
-        """A connection opened (from_start: its handshake was captured)."""
-        client_side = 0 if b.port in self.port_hints else 1 if a.port in self.port_hints else None
-        self.sessions[stream] = Session(stream, (a, b), client_side=client_side, from_start=(from_start, from_start),
+        """A connection opened (from_start: its handshake was captured, and a sent the SYN)."""
+        port_hint_client = 0 if b.port in self.port_hints else 1 if a.port in self.port_hints else None
+        self.sessions[stream] = Session(stream, (a, b), handshake_client=0 if from_start else None,
+                                        port_hint_client=port_hint_client, from_start=(from_start, from_start),
                                         max_frame=self.max_frame)
 
     def stream_data(self, stream: int, direction: int, data: bytes, ts: float) -> list:

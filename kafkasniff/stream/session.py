@@ -6,10 +6,15 @@ holes (`gap`) and ends (`end`); the session returns events:
 - `MessageEvent`: a decoded request or response (responses carry their request
   and latency, or `inferred=True` when the request was not captured);
 - `SaslTokenEvent`: a raw SASL token exchanged after SaslHandshake v0;
-- `NoticeEvent`: skipped bytes, TLS, a connection that is not Kafka.
+- `NoticeEvent`: bytes not shown as messages (skipped, missing from the capture,
+  TLS, not Kafka), so that every byte captured is accounted for.
 
-The client is recognised from content: the side whose first frame is a valid
-Kafka request. A port hint or the TCP handshake settles it when available.
+Hints yield to evidence. A connection is decoded once its bytes prove it is
+Kafka: a side's frame that decodes as a request makes that side the client; a
+connection without a request (a capture starting mid-way, one holding only a
+response) is Kafka when one side's frames decode as responses, and that side is
+the broker. A captured TCP handshake decides which side is the client; a port
+hint only orders the guesses where the bytes fit either way.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # A capture may start inside a large message (1 MiB Produce is common): look that far for a request.
 IDENTIFY_LIMIT = 4 * 1024 * 1024
 MAX_ORPHANS = 64
+INFERENCE_BUDGET = 64  # see ResponseFrames
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -51,7 +57,7 @@ class Connection:
 
 class MessageEvent:
     __slots__ = ("conn", "direction", "ts", "first_ts", "stream_offset", "payload", "message", "request",
-                 "latency_ms", "inferred", "expects_response")
+                 "latency_ms", "inferred", "expects_response", "unexpected")
 
     def __init__(self, conn: Connection, direction: str, frame: Frame, message: Message):
         self.conn = conn
@@ -65,6 +71,7 @@ class MessageEvent:
         self.latency_ms: float | None = None
         self.inferred = False
         self.expects_response = True
+        self.unexpected = False  # a response to a request that expects none (Produce with acks=0)
 
     @property
     def src(self) -> Endpoint:
@@ -119,38 +126,131 @@ def is_tls_record(buf) -> bool:
     return len(buf) >= 3 and buf[0] == 0x16 and buf[1] == 0x03 and buf[2] <= 0x04
 
 
+# TLS record content types: change cipher spec, alert, handshake, application data.
+_TLS_CONTENT_TYPES = range(20, 24)
+_TLS_MAX_RECORD = (1 << 14) + 2048  # the largest encrypted record TLS allows
+
+
+def _tls_record_length(buf, pos: int) -> int | None:
+    """The length of the TLS record whose header is at buf[pos], or None if none is there."""
+    if len(buf) - pos < 5 or buf[pos] not in _TLS_CONTENT_TYPES or buf[pos + 1] != 0x03 or buf[pos + 2] > 0x04:
+        return None
+    length = int.from_bytes(buf[pos + 3:pos + 5], "big")
+    return length if 0 < length <= _TLS_MAX_RECORD else None
+
+
+def starts_tls(buf, from_start: bool) -> bool:
+    """Whether a direction's first captured bytes are TLS: a handshake record when the connection is
+    captured from its start; else any record whose successor's header is where it ends, as far as the
+    bytes show."""
+    if from_start:
+        return is_tls_record(buf)
+    length = _tls_record_length(buf, 0)
+    if length is None:
+        return False
+    after = 5 + length
+    return len(buf) - after < 5 or _tls_record_length(buf, after) is not None
+
+
+class RequestFrames:
+    """What a request frame looks like, for resynchronising the client's direction."""
+
+    header_bytes = 10  # API key, version, correlation id, client id length
+    correlation_at = 4
+
+    header = staticmethod(request_header_plausible)
+
+    @staticmethod
+    def frame(buf, pos: int, end: int) -> bool:
+        return decode_request(bytes(buf[pos:end]), skim=True).complete
+
+
+class ResponseFrames:
+    """What a response frame looks like, for resynchronising the broker's direction: its correlation id
+    fits the requests seen, and it decodes as the response to its request (or, when that request was not
+    captured, as some response).
+
+    Trying every response schema costs milliseconds; cheap checks spare real captures from all but the
+    frames that fit, so a direction may spend only INFERENCE_BUDGET tries on candidates that do not
+    (bytes crafted to pass the cheap checks), then it finds only responses to requests it saw."""
+
+    header_bytes = 4  # correlation id
+    correlation_at = 0
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.inference_budget = INFERENCE_BUDGET
+
+    def header(self, buf, pos: int, end: int) -> bool | None:
+        """Whether the correlation id fits the requests seen. Brokers answer in order, so a response whose
+        request was not captured is older than every request still waiting."""
+        if end - pos < 4:
+            return None
+        correlation_id = _I32.unpack_from(buf, pos)[0]
+        session = self.session
+        pending = session.pending
+        if correlation_id in pending or correlation_id in session.unanswered:
+            return True
+        return correlation_id >= 0 and (not pending or correlation_id < min(pending))
+
+    def frame(self, buf, pos: int, end: int) -> bool:
+        payload = bytes(buf[pos:end])
+        request = self.session.request_answered_by(_I32.unpack_from(payload, 0)[0])
+        if request is None:
+            if not self.inference_budget:
+                return False
+            fits = infer_response(payload, usual=self.session.usual_requests())
+            if not fits:
+                self.inference_budget -= 1
+            self.session.known_fits = (payload, fits)  # the frame is decoded next: its fits are known
+            return bool(fits)
+        m = request.message
+        return decode_response_for_request(payload, m.api_key, m.api_version, skim=True).malformed is None
+
+
 class Session:
     """Decode one connection. Sides are 0 and 1 (the caller's numbering)."""
 
-    __slots__ = ("stream", "endpoints", "from_start", "max_frame", "conn", "client_side",
-                 "framers", "held", "held_bytes", "probes", "probe_failed", "probed_request", "pending", "orphans",
-                 "sasl_raw", "sasl_mechanism", "ignored", "events")
+    __slots__ = ("stream", "endpoints", "from_start", "handshake_client", "port_hint_client",
+                 "max_frame", "conn", "client_side", "framers", "held", "held_bytes", "probes",
+                 "probed_request", "pending", "unanswered", "orphans", "sasl_raw", "sasl_mechanism", "ignored",
+                 "ignored_bytes", "known_fits", "events")
 
     def __init__(self, stream: int, endpoints: tuple[Endpoint, Endpoint], *, client_side: int | None = None,
+                 handshake_client: int | None = None, port_hint_client: int | None = None,
                  from_start: tuple[bool, bool] = (False, False), max_frame: int = DEFAULT_MAX_FRAME):
+        """client_side: the roles are known, decode at once; handshake_client: the side that sent the
+        captured SYN; port_hint_client: the side a broker port hint makes the client."""
         self.stream = stream
         self.endpoints = endpoints
         self.from_start = from_start
+        self.handshake_client = handshake_client
+        self.port_hint_client = port_hint_client
         self.max_frame = max_frame
         self.conn: Connection | None = None
         self.client_side: int | None = None
         self.framers: list[Framer | None] = [None, None]
-        # Before the roles are known: each side's bytes (data, ts, gap size) and a probe looking for requests.
+        # Before the roles are known: each side's bytes (data, ts, gap size), and a probe looking for
+        # requests on each side that may be the client.
         self.held: list[list[tuple[bytes | None, float, int]]] = [[], []]
         self.held_bytes = [0, 0]
-        self.probes: list[Framer | None] = [Framer(self._request_plausible, max_frame, from_start[s], requests=True)
-                                                for s in (0, 1)]
-        self.probe_failed = [False, False]
+        self.probes: list[Framer | None] = [
+            Framer(RequestFrames, max_frame, from_start[s], requests=True)
+            if handshake_client is None or handshake_client == s else None for s in (0, 1)]
         # (stream offset, message) of the request that told the client: decoded already, not decoded again.
         self.probed_request: tuple[int, Message] | None = None
         self.pending: dict[int, MessageEvent] = {}
+        # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
+        self.unanswered: dict[int, MessageEvent] = {}
         # Responses whose request has not been seen (yet): a request stuck behind a hole in the
         # client's stream is delivered after its response. Kafka clients number requests in
         # increasing order, so a later request proves an older orphan's request is not coming.
         self.orphans: dict[int, Frame] = {}
         self.sasl_raw = False
         self.sasl_mechanism: str | None = None
-        self.ignored = False      # not Kafka, or TLS: drop everything further
+        self.ignored: str | None = None  # why everything is dropped: "tls" or "not-kafka"
+        self.ignored_bytes = [0, 0]      # bytes of each side dropped so, reported when the connection ends
+        self.known_fits: tuple[bytes, list[Message]] | None = None
         self.events: list = []
         if client_side is not None:
             self._set_roles(client_side)
@@ -159,16 +259,21 @@ class Session:
 
     def data(self, side: int, data: bytes, ts: float) -> list:
         if self.ignored:
-            return []
-        if self.client_side is None:
-            if not self.held_bytes[side] and self.from_start[side] and is_tls_record(data):
-                self._ignore(ts, "tls", "TLS: cannot decode without keys")
-                return self._take()
+            self.ignored_bytes[side] += len(data)
+        elif self.client_side is not None:
+            self._frames(side, self.framers[side].feed(data, ts))
+        else:
+            first = not self.held_bytes[side]
             self.held[side].append((data, ts, 0))
             self.held_bytes[side] += len(data)
-            self._identify(side, self.probes[side].feed(data, ts), ts)
-        else:
-            self._frames(side, self.framers[side].feed(data, ts))
+            if first and starts_tls(data, self.from_start[side]):
+                self._ignore(ts, "tls")
+                self.events.append(NoticeEvent(self.conn, None, ts, "tls", "TLS: cannot decode without keys"))
+                return self._take()
+            probe = self.probes[side]
+            if probe is not None:
+                self._identify(side, probe.feed(data, ts))
+            self._identify_within_limits(ts)
         return self._take()
 
     def gap(self, side: int, size: int, ts: float) -> list:
@@ -176,16 +281,25 @@ class Session:
             return []
         if self.client_side is None:
             self.held[side].append((None, ts, size))
-            self._identify(side, self.probes[side].gap(size, ts), ts)
+            probe = self.probes[side]
+            if probe is not None:
+                self._identify(side, probe.gap(size, ts))
         else:
             self._frames(side, self.framers[side].gap(size, ts))
         return self._take()
 
     def end(self, ts: float) -> list:
         """The connection is over (or the capture ended): flush what is left."""
-        if self.client_side is None and not self.ignored:
-            self._ignore(ts, "not-kafka", "no Kafka request found; connection skipped")
-        if self.client_side is not None and not self.ignored:
+        if not self.ignored and self.client_side is None:
+            # Last chances: a request proven by the end of its stream, then responses.
+            for side, probe in enumerate(self.probes):
+                if probe is not None and self.client_side is None:
+                    self._identify(side, probe.close())
+            if self.client_side is None and not self._identify_by_responses():
+                self._ignore(ts, "not-kafka")
+        if self.ignored:
+            self._report_ignored(ts)
+        else:
             for side in (0, 1):
                 self._frames(side, self.framers[side].close())
             self._release_orphans(None)
@@ -201,27 +315,61 @@ class Session:
         self.client_side = client_side
         server_side = 1 - client_side
         self.conn = Connection(self.stream, self.endpoints[client_side], self.endpoints[server_side])
-        self.framers[client_side] = Framer(self._request_plausible, self.max_frame, self.from_start[client_side],
+        self.framers[client_side] = Framer(RequestFrames, self.max_frame, self.from_start[client_side],
                                            requests=True)
-        self.framers[server_side] = Framer(self._response_plausible, self.max_frame, self.from_start[server_side])
+        self.framers[server_side] = Framer(ResponseFrames(self), self.max_frame, self.from_start[server_side])
         self.probes = [None, None]
 
-    def _identify(self, side: int, probed: list, ts: float) -> None:
-        """The client is the side whose first frame is a complete Kafka request."""
+    def _identify(self, side: int, probed: list) -> None:
+        """The client is the side whose first frame is a Kafka request (trailing bytes allowed)."""
         for item in probed:
-            if not isinstance(item, Frame) or self.probe_failed[side]:
+            if not isinstance(item, Frame):
                 continue
             msg = decode_request(item.payload, skim=True)
-            if msg.complete:
+            if msg.malformed is None:
                 self.probed_request = (item.stream_offset, msg)
                 self._set_roles(side)
                 self._replay(side)
                 return
             if self.from_start[side]:
-                self.probe_failed[side] = True  # this side's first frame is not a request
-        if all(self.probe_failed) or min(self.held_bytes) > IDENTIFY_LIMIT or \
-                max(self.held_bytes) > 4 * IDENTIFY_LIMIT:
-            self._ignore(ts, "not-kafka", "no Kafka request found; connection skipped")
+                self.probes[side] = None  # this side's first frame is not a request: not the client
+                return
+
+    def _identify_within_limits(self, ts: float) -> None:
+        """When requests can no longer tell (no side may be the client any more, or too many bytes
+        without one), responses decide, or the connection is not Kafka."""
+        if self.client_side is not None or self.ignored:
+            return
+        held = self.held_bytes
+        if any(self.probes) and min(held) <= IDENTIFY_LIMIT and max(held) <= 4 * IDENTIFY_LIMIT:
+            return
+        if not self._identify_by_responses():
+            self._ignore(ts, "not-kafka")
+
+    def _identify_by_responses(self) -> bool:
+        """The broker is a side whose bytes frame as responses (requests not captured). True if found."""
+        if self.handshake_client is not None:
+            order = (1 - self.handshake_client,)
+        elif self.port_hint_client is not None:
+            order = (1 - self.port_hint_client, self.port_hint_client)
+        else:
+            order = (0, 1)
+        for server_side in order:
+            if not self.held_bytes[server_side]:
+                continue
+            framer = Framer(ResponseFrames(self), self.max_frame, self.from_start[server_side])
+            framed = []
+            for data, ts, gap in self.held[server_side]:
+                framed += framer.feed(data, ts) if data is not None else framer.gap(gap, ts)
+            framed += framer.close()
+            first = next((item for item in framed if isinstance(item, Frame)), None)
+            # Frames found by resynchronising fit a response already; a side captured from its
+            # start is framed without looking.
+            if first is not None and (not self.from_start[server_side] or infer_response(first.payload)):
+                self._set_roles(1 - server_side)
+                self._replay(1 - server_side)
+                return True
+        return False
 
     def _replay(self, client_side: int) -> None:
         held, self.held = self.held, [[], []]
@@ -231,34 +379,38 @@ class Session:
             for data, ts, gap in held[side]:
                 self._frames(side, framer.feed(data, ts) if data is not None else framer.gap(gap, ts))
 
-    def _ignore(self, ts: float, kind: str, text: str) -> None:
-        self.ignored = True
+    def _ignore(self, ts: float, why: str) -> None:
+        """Not decoded from here on: the bytes held are counted, and reported when the connection ends."""
+        self.ignored = why
+        self.ignored_bytes = [sum(len(data) for data, _, _ in held if data is not None) for held in self.held]
         self.held = [[], []]
         self.probes = [None, None]
-        a, b = self.endpoints
-        conn = self.conn or Connection(self.stream, a, b)
-        conn.tls = kind == "tls"
-        if kind == "tls":
-            self.events.append(NoticeEvent(conn, None, ts, kind, text))
+        self.conn = self._unidentified_connection()
+        self.conn.tls = why == "tls"
 
-    # -- plausibility (for resynchronisation) --------------------------------------------------
+    def _likely_client_side(self) -> int:
+        """Before the bytes tell: the handshake's client, the port hint's, or the caller's first side."""
+        return self.handshake_client if self.handshake_client is not None else self.port_hint_client or 0
 
-    def _request_plausible(self, buf, pos: int, end: int, complete: bool):
-        verdict = request_header_plausible(buf, pos, end)
-        if verdict and complete:
-            return decode_request(bytes(buf[pos:end]), skim=True).complete
-        return verdict
+    def _unidentified_connection(self) -> Connection:
+        client = self._likely_client_side()
+        return Connection(self.stream, self.endpoints[client], self.endpoints[1 - client])
 
-    def _response_plausible(self, buf, pos: int, end: int, complete: bool):
-        if end - pos < 4:
-            return None
-        request = self.pending.get(_I32.unpack_from(buf, pos)[0])
-        if request is None:
-            return False
-        if not complete:
-            return True
-        m = request.message
-        return decode_response_for_request(bytes(buf[pos:end]), m.api_key, m.api_version, skim=True).complete
+    def _report_ignored(self, ts: float) -> None:
+        """Each side's bytes that were not decoded, so that every byte captured shows up."""
+        text = ("TLS: encrypted bytes, not decoded" if self.ignored == "tls" else
+                "not Kafka: no Kafka request or response found; not decoded")
+        client = self._likely_client_side()
+        for side in (client, 1 - client):
+            if self.ignored_bytes[side]:
+                direction = CLIENT_TO_SERVER if side == client else SERVER_TO_CLIENT
+                self.events.append(NoticeEvent(self.conn, direction, ts, self.ignored, text, 0,
+                                               self.ignored_bytes[side]))
+
+    # -- what the broker's frames may be (for resynchronising) ---------------------------------
+
+    def request_answered_by(self, correlation_id: int) -> MessageEvent | None:
+        return self.pending.get(correlation_id) or self.unanswered.get(correlation_id)
 
     # -- frames -> events -----------------------------------------------------------------------
 
@@ -266,7 +418,8 @@ class Session:
         direction = CLIENT_TO_SERVER if side == self.client_side else SERVER_TO_CLIENT
         for item in items:
             if isinstance(item, Skipped):
-                self.events.append(NoticeEvent(self.conn, direction, item.ts, "skipped", item.reason,
+                self.events.append(NoticeEvent(self.conn, direction, item.ts,
+                                               "skipped" if item.captured else "missing", item.reason,
                                                item.stream_offset, item.size))
             elif direction == CLIENT_TO_SERVER:
                 self._request(item)
@@ -291,8 +444,11 @@ class Session:
         event = MessageEvent(self.conn, CLIENT_TO_SERVER, frame, msg)
         if msg.api_key is not None:
             event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.acks)
-            if msg.correlation_id is not None and event.expects_response:
-                self.pending[msg.correlation_id] = event
+            if msg.correlation_id is not None:
+                if event.expects_response:
+                    self.pending[msg.correlation_id] = event
+                else:
+                    self._expect_no_response(msg.correlation_id, event)
             if msg.api_key == quirks.SASL_HANDSHAKE:
                 # The session reads the mechanism itself: later tokens are read by it.
                 mech = with_fields(msg, payload).body.child("Mechanism") if msg.body_offset is not None else None
@@ -308,6 +464,17 @@ class Session:
                 self._response(late)
         else:
             self.events.append(event)
+
+    def _expect_no_response(self, correlation_id: int, event: MessageEvent) -> None:
+        """Remember the latest requests that expect no response, in case the broker answers all the same."""
+        self.unanswered[correlation_id] = event
+        if len(self.unanswered) > MAX_ORPHANS:
+            del self.unanswered[next(iter(self.unanswered))]
+
+    def usual_requests(self) -> frozenset[tuple[int, int]]:
+        """(API key, version) of the requests at hand: what a response whose request is missing likely answers."""
+        return frozenset((e.message.api_key, e.message.api_version)
+                         for requests in (self.pending, self.unanswered) for e in requests.values())
 
     def _release_orphans(self, below: int | None) -> None:
         """Decode held responses whose request will not come (all of them when below is None)."""
@@ -326,7 +493,18 @@ class Session:
             return
         correlation_id = _I32.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
         request = self.pending.pop(correlation_id, None)
-        if request is None and not orphan and correlation_id is not None:
+        unexpected = False
+        if self.unanswered:
+            if request is None:
+                request = self.unanswered.pop(correlation_id, None)
+                unexpected = request is not None
+            if request is not None:
+                # Answers come in order: older requests that expect no response will not get one.
+                for older in [c for c in self.unanswered if c < correlation_id]:
+                    del self.unanswered[older]
+        if request is None and not orphan and correlation_id is not None and \
+                not (self.pending and correlation_id < min(self.pending)):
+            # Its request may still come (from behind a hole): hold it until a later request shows up.
             self.orphans[correlation_id] = frame
             if len(self.orphans) > MAX_ORPHANS:
                 self._release_orphans(min(self.orphans) + 1)
@@ -337,10 +515,13 @@ class Session:
             event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
             event.request = request
             event.latency_ms = (frame.ts - request.ts) * 1000.0
+            event.unexpected = unexpected
             if quirks.starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
                 self._raw_sasl(not msg.errors)  # its ErrorCode is 0
         else:
-            fits = infer_response(payload)
+            known, self.known_fits = self.known_fits, None
+            fits = known[1] if known is not None and known[0] == payload else \
+                infer_response(payload, usual=self.usual_requests())
             if fits:
                 msg = fits[0]
             else:
@@ -352,4 +533,3 @@ class Session:
         if msg.api_key == SASL_AUTHENTICATE:
             msg.sasl_mechanism = self.sasl_mechanism
         self.events.append(event)
-
