@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -32,6 +34,7 @@ DIRECTIONS = (CLIENT_TO_BROKER, BROKER_TO_CLIENT)
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
+TCPDUMP_BUFFER_KIB = 131072  # smaller kernel buffers drop packets on loopback bursts
 
 
 class BrokerError(RuntimeError):
@@ -399,3 +402,41 @@ class RecordedBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class Tcpdump:
+    """tcpdump on loopback for one TCP port, writing a pcap; reports kernel drops when stopped.
+
+    --immediate-mode matters: without it libpcap hands packets over in ring blocks that
+    are retired only when full or after a timeout, and packets in the block still open at
+    SIGINT never reach the file (a short run then yields an empty pcap and no drop count).
+    """
+
+    def __init__(self, pcap: Path, port: int):
+        self.command = ["tcpdump", "-i", "lo", "-B", str(TCPDUMP_BUFFER_KIB), "-U", "--immediate-mode", "-n",
+                        "-w", str(pcap), "port", str(port)]
+        self.captured: int | None = None
+        self.dropped: int | None = None
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Tcpdump:
+        self._process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True)
+        first_line = self._process.stderr.readline()  # printed once the capture is live
+        if "listening on" not in first_line:
+            self._process.kill()
+            raise RuntimeError(f"tcpdump did not start: {first_line}{self._process.stderr.read()}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._process.send_signal(signal.SIGINT)
+        _, summary = self._process.communicate(timeout=30)
+        self.captured = _count(summary, "packets captured")
+        self.dropped = _count(summary, "packets dropped by kernel")
+
+
+def _count(summary: str, label: str) -> int:
+    found = re.search(rf"(\d+) {label}", summary)
+    if found is None:
+        raise RuntimeError(f"tcpdump printed no '{label}': {summary}")
+    return int(found.group(1))

@@ -22,7 +22,6 @@ import json
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import clients  # noqa: E402
-from broker import LOOPBACK, TansuBroker, find_tansu, port_is_free  # noqa: E402
+from broker import LOOPBACK, TansuBroker, Tcpdump, find_tansu, port_is_free  # noqa: E402
 from capture_manifest import (CAPTURES_DIR, DIGEST_ONLY_ABOVE, encode_bytes,  # noqa: E402
                               encode_headers)
 from clients import CODECS, KAFKA_PYTHON_PINNED_VERSIONS, Consumed, Delivered, Message  # noqa: E402
@@ -44,7 +43,6 @@ OTHER_PORT = 19092
 LARGE_VALUE_SIZE = 1_048_600
 LARGE_VALUE_SEED = 1_048_600  # any fixed seed: the value must be identical on every run
 CLOSE_SETTLE_S = 0.3  # lets FIN/ACK of the last connections land before tcpdump stops
-TCPDUMP_BUFFER_KIB = 131072  # smaller kernel buffers drop packets on loopback bursts
 
 
 def sample_messages(label: str, null_header_value: bool = True) -> list[Message]:
@@ -240,44 +238,6 @@ SCENARIOS = (
 
 
 # --- recording --------------------------------------------------------------
-
-class Tcpdump:
-    """tcpdump on loopback for one TCP port, writing a pcap; reports kernel drops when stopped.
-
-    --immediate-mode matters: without it libpcap hands packets over in ring blocks that
-    are retired only when full or after a timeout, and packets in the block still open at
-    SIGINT never reach the file (a short run then yields an empty pcap and no drop count).
-    """
-
-    def __init__(self, pcap: Path, port: int):
-        self.command = ["tcpdump", "-i", "lo", "-B", str(TCPDUMP_BUFFER_KIB), "-U", "--immediate-mode", "-n",
-                        "-w", str(pcap), "port", str(port)]
-        self.captured: int | None = None
-        self.dropped: int | None = None
-        self._process: subprocess.Popen | None = None
-
-    def __enter__(self) -> Tcpdump:
-        self._process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True)
-        first_line = self._process.stderr.readline()  # printed once the capture is live
-        if "listening on" not in first_line:
-            self._process.kill()
-            raise RuntimeError(f"tcpdump did not start: {first_line}{self._process.stderr.read()}")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._process.send_signal(signal.SIGINT)
-        _, summary = self._process.communicate(timeout=30)
-        self.captured = _count(summary, "packets captured")
-        self.dropped = _count(summary, "packets dropped by kernel")
-
-
-def _count(summary: str, label: str) -> int:
-    found = re.search(rf"(\d+) {label}", summary)
-    if found is None:
-        raise RuntimeError(f"tcpdump printed no '{label}': {summary}")
-    return int(found.group(1))
-
 
 def client_versions(names: set[str]) -> dict[str, str]:
     versions = {name: importlib.metadata.version(name) for name in sorted(names)}
