@@ -1,9 +1,11 @@
-"""Shared fixtures: a real Tansu broker, and one behind a recording proxy."""
+"""Shared fixtures: a real Tansu broker, one behind a recording proxy, and a certificate for TLS."""
 
 from __future__ import annotations
 
 import itertools
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,15 @@ def unique_name(request):
         base = re.sub(r"[^a-zA-Z0-9._-]+", "-", prefix or request.node.name).strip("-")[:200]
         return f"{base}-{next(_names)}"
     return make
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    """(certificate, key) files of a self-signed certificate for a TLS server on loopback."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate")
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key

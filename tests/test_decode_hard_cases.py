@@ -24,7 +24,9 @@ import pcapkit
 from capture_manifest import CAPTURES_DIR, load_capture
 from kafkasniff.cli import main
 from kafkasniff.protocol.encoder import encode_request, encode_response
+from kafkasniff.protocol.messages import decode_request
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
+from loopback import connection_frames
 from pcapkit import Packet, TcpConversation, payload_len, read_packets, tcp_of, write_pcap
 
 BROKER = 9092
@@ -472,6 +474,13 @@ def test_kafka_on_port_19092_without_a_hint():
     assert sorted(acked, key=str) == sorted(expected, key=str)
 
 
+def test_a_captured_handshake_decides_the_client_whatever_the_port_hint_says():
+    """A hint naming a client's port as the broker's changes nothing where the SYN was captured
+    (before, that connection's client and broker swapped and every message was malformed)."""
+    events = original("consumer_group")
+    assert decode(CAPTURES_DIR / "consumer_group.pcap", "--port", str(port_of(events[0]["src"]))) == events
+
+
 # ---------------------------------------------------------------- connections of our own
 
 
@@ -509,6 +518,35 @@ def test_acks_zero_produce_expects_no_response(tmp_path):
         f"Produce v9 request corr=99 client='{produce['client_id']}' (no response expected) {len(frame) - 4}B "
         "kafka-python-none[0] 1 batch 1 record")
     assert sum("no response expected" in line for line in lines) == 1
+
+
+def test_frames_inside_a_record_value_are_not_taken_for_frames(tmp_path):
+    """A capture that starts inside a Produce whose record value holds a real Metadata request twice: the
+    first copy decodes and is followed by a plausible header, but one with the same correlation id, and
+    clients number their requests upwards; the second is followed by the rest of the Produce. Neither is
+    a message; the next Produce, and both responses, are."""
+    metadata = connection_frames("consumer_group", 0)[2][1]
+    assert decode_request(metadata, 4).api_name == "Metadata"
+    produce = [encode_request(0, 9, correlation_id, "embedder", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "t", "PartitionData": [{"Index": 0, "Records": encode_record_batch([Record(b"k", value)])}]}]})
+        for correlation_id, value in ((5, metadata * 2), (6, b"plain"))]
+    answer = [encode_response(0, 9, correlation_id, {"Responses": [{"Name": "t", "PartitionResponses": [
+        {"Index": 0}]}]}) for correlation_id in (5, 6)]
+    conversation = TcpConversation(("10.2.0.1", 40000), ("10.2.0.2", BROKER))
+    for request, response in zip(produce, answer):
+        conversation.send(True, request).send(False, response)
+    pks = conversation.close()[3:]  # no handshake
+    ts, frame = pks[0]
+    tcp = tcp_of(frame)
+    assert tcp.data == produce[0]
+    pks[0] = Packet(ts, pcapkit.rewrite(frame, seq=tcp.seq + 20, data=tcp.data[20:]))
+    got = decode(write_pcap(tmp_path / "embedded.pcap", pks))
+    # The request proves the connection is Kafka, and which side is the client: the bytes held until
+    # then are replayed the client's first.
+    assert [(e["kind"], e.get("notice") or e["api_name"], e.get("correlation_id"), e.get("inferred"),
+             e.get("size")) for e in got] == [
+        ("notice", "skipped", None, None, len(produce[0]) - 20), ("request", "Produce", 6, None, len(produce[1]) - 4),
+        ("response", "Produce", 5, True, len(answer[0]) - 4), ("response", "Produce", 6, False, len(answer[1]) - 4)]
 
 
 def merged_with(name: str, conversation: list[Packet]) -> list[Packet]:

@@ -25,8 +25,9 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER
+from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER, free_port
 from clients import Message, admin_kafka_python, group_session_kafka_python, produce_kafka_python
+from loopback import tls_exchange
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 30.0
@@ -232,6 +233,21 @@ def test_sigterm_stops_cleanly_and_count_stops_after_n_messages(broker, unique_n
     assert [identity(e) for e in messages(json.loads(line) for line in decoded.stdout.splitlines())] == \
         [identity(e) for e in every_message]
     assert [e["api_name"] for e in every_message if e["kind"] == "response"][-1] == "Produce"
+
+
+@pytest.mark.parametrize("hint", [["--port", "{port}"], ["--filter", "tcp port {port}"]], ids=["port", "filter"])
+def test_tls_is_recognised_live_whatever_names_the_port(tmp_path, certificate, hint):
+    """Before, --port made the sniffer frame the TLS records as Kafka (`implausible frame size`)."""
+    port = free_port()
+    sniffer = Sniffer(["-i", "lo", "--json", *[arg.format(port=port) for arg in hint]],
+                      tmp_path / "tls.jsonl").wait_ready()
+    tls_exchange(port, certificate, b"Kafka inside TLS " * 100)
+    assert wait_for(lambda: len(sniffer.events()) >= 3)
+    assert sniffer.finish() == 0
+    assert [(e["kind"], e["notice"], e["text"], e.get("direction")) for e in sniffer.events()] == [
+        ("notice", "tls", "TLS: cannot decode without keys", None),
+        ("notice", "tls", "TLS: encrypted bytes, not decoded", "c2s"),
+        ("notice", "tls", "TLS: encrypted bytes, not decoded", "s2c")]
 
 
 def test_duration_stops_an_idle_capture(tmp_path):
