@@ -623,6 +623,39 @@ def test_tls_connection_is_reported_at_once_and_its_bytes_at_the_end(tmp_path, o
     assert by_connection([e for e in got if e["kind"] != "notice"]) == by_connection(original("consumer_group"))
 
 
+def test_stats_account_for_every_byte_captured(tmp_path):
+    """A segment of a Fetch response lost, an HTTP and a TLS connection beside the Kafka ones: --stats
+    says where each byte captured went, and the bytes missing; the sums agree with the events shown."""
+    pks = packets("confluent_codecs")
+    lost = next(i for i, p in enumerate(pks) if payload_len(p) == pcapkit.LOOPBACK_MSS and
+                not pcapkit.from_client(p, BROKER))
+    http = conversation_inside("confluent_codecs", ("127.0.0.1", 48000), ("127.0.0.1", 8080))
+    http.send(True, b"GET / HTTP/1.1\r\n\r\n").send(False, b"HTTP/1.1 204 No Content\r\n\r\n")
+    hello = client_hello()
+    tls = conversation_inside("confluent_codecs", ("127.0.0.1", 48001), ("127.0.0.1", BROKER))
+    tls.send(True, hello).send(False, b"\x15\x03\x03\x00\x02\x02\x28")
+    kept = pcapkit.merged(pks[:lost] + pks[lost + 1:], http.close(), tls.close())
+    path = write_pcap(tmp_path / "all.pcap", kept)
+    events = decode(path)
+    stats = json.loads(run(path, "--stats", "--json").splitlines()[-1])
+    assert stats == json.loads(run(path, "--stats", "--json", "-j", "3").splitlines()[-1])
+
+    def notice_bytes(kind: str) -> int:
+        return sum(e.get("size", 0) for e in events if e.get("notice") == kind)
+
+    assert stats["bytes"] == {
+        "captured": sum(payload_len(p) for p in kept),
+        "messages": sum(e["size"] + 4 for e in events if e["kind"] in ("request", "response")),
+        "sasl_tokens": 0, "skipped": notice_bytes("skipped"), "tls": notice_bytes("tls"),
+        "not_kafka": notice_bytes("not-kafka"), "missing": pcapkit.LOOPBACK_MSS}
+    assert stats["bytes"]["not_kafka"] == 18 + 27 and stats["bytes"]["tls"] == len(hello) + 7
+    assert stats["bytes"]["skipped"] > 0
+    assert run(path, "--stats").splitlines()[-1] == (
+        f"bytes captured: {stats['bytes']['captured']:,} = {stats['bytes']['messages']:,} in messages + 0 in SASL "
+        f"tokens + {stats['bytes']['skipped']:,} skipped + {stats['bytes']['tls']:,} TLS + 45 not Kafka; "
+        f"{pcapkit.LOOPBACK_MSS:,} missing from the capture")
+
+
 # ---------------------------------------------------------------- SASL
 
 

@@ -109,6 +109,12 @@ class ClientStats:
         self.requests = self.bytes = self.errors = 0
 
 
+# Where the bytes of the TCP streams went: shown as messages or SASL tokens, or reported by notices of
+# these kinds; "missing" bytes were never captured.
+BYTE_KINDS = ("messages", "sasl_tokens", "skipped", "tls", "not-kafka", "missing")
+FRAME_PREFIX = 4
+
+
 class Stats:
     def __init__(self) -> None:
         self.apis: dict[int | None, ApiStats] = {}
@@ -116,16 +122,25 @@ class Stats:
         self.clients: dict[str | None, ClientStats] = {}
         self.sasl_tokens = 0
         self.notices: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
 
     def observe(self, ev, topics: dict[str, list] | None = None) -> None:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
         kind = type(ev)
         if kind is SaslTokenEvent:
             self.sasl_tokens += 1
+            self.bytes["sasl_tokens"] += FRAME_PREFIX + len(ev.token)
         elif kind is NoticeEvent:
             self.notices[ev.kind] += 1
+            self.bytes[ev.kind] += ev.size
         elif kind is MessageEvent:
+            self.bytes["messages"] += FRAME_PREFIX + ev.message.size
             self._message(ev, topics or {})
+
+    def byte_totals(self) -> dict[str, int]:
+        """Bytes captured, and where they went (every kind, zeros too)."""
+        totals = {kind.replace("-", "_"): self.bytes[kind] for kind in BYTE_KINDS}
+        return {"captured": sum(self.bytes.values()) - self.bytes["missing"], **totals}
 
     def _message(self, ev: MessageEvent, topics: dict[str, list]) -> None:
         m = ev.message
@@ -177,6 +192,7 @@ class Stats:
                         for cid, c in sorted(self.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))],
             "sasl_tokens": self.sasl_tokens,
             "notices": dict(sorted(self.notices.items())),
+            "bytes": self.byte_totals(),
         }
 
 
@@ -221,3 +237,7 @@ def print_stats(stats: Stats, out: TextIO) -> None:
     extra += [f"{n:,} {kind} notices" for kind, n in sorted(stats.notices.items())]
     if extra:
         console.print(", ".join(extra))
+    totals = stats.byte_totals()
+    console.print(f"bytes captured: {totals['captured']:,} = {totals['messages']:,} in messages + "
+                  f"{totals['sasl_tokens']:,} in SASL tokens + {totals['skipped']:,} skipped + {totals['tls']:,} TLS + "
+                  f"{totals['not_kafka']:,} not Kafka; {totals['missing']:,} missing from the capture")
