@@ -1,7 +1,8 @@
 """Read capture files (pcap, pcapng, either gzip-compressed) as a stream of TcpSegments.
 
-The format is told by the magic number, never by the file name. A file that cannot be read
-at all raises CaptureError; damage further in (a cut-off last record, a corrupt block) ends
+The format is told by the magic number, never by the file name. The path `-` is standard input;
+it, and any other pipe, is read as a stream: each read returns what has arrived. A file that cannot
+be read at all raises CaptureError; damage further in (a cut-off last record, a corrupt block) ends
 the iteration after every complete record has been delivered and leaves a message in
 `CaptureReader.warnings`.
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import stat
+import sys
 import zlib
 from collections.abc import Iterator
 from struct import Struct
@@ -28,6 +31,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 # Larger than any link layer's frame (loopback reaches 65,549 bytes; pcapng allows 256 KiB
 # snaplens); a record claiming more is corruption, not data.
 MAX_RECORD_BYTES = 16 << 20
+STDIN = "-"  # the path that stands for standard input
 _LINKTYPE_MASK = 0x03FFFFFF  # the bits above carry FCS information
 _READ_BUFFER = 1 << 20
 _SCAN_CHUNK = 1 << 20  # bytes read per pass of the C record loop
@@ -54,18 +58,24 @@ class CaptureReader:
     """An open capture file. Iterate `segments()` (or `frames()`) once, then close.
 
     Attributes:
-        path, format ("pcap" or "pcapng"), compressed (gzip), total_size (bytes on disk),
-        warnings (problems met while reading, one line each), frames_read,
-        skipped (Counter of frames without a usable TCP segment, by reason).
+        path, name (in messages: the path, or "standard input"), format ("pcap" or "pcapng"),
+        compressed (gzip), streaming (a pipe, not a file: bytes come as they are written),
+        total_size (bytes on disk; 0 for a pipe), warnings (problems met while reading, one line
+        each), frames_read, skipped (Counter of frames without a usable TCP segment, by reason).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
+        self.name = "standard input" if self.path == STDIN else self.path
         self._raw = _open_raw(self.path)
         try:
-            self.total_size = os.fstat(self._raw.fileno()).st_size
+            status = os.fstat(self._raw.fileno())
+            self.total_size = status.st_size
+            self.streaming = not stat.S_ISREG(status.st_mode)
             self.compressed = self._raw.peek(2)[:2] == GZIP_MAGIC
-            self._stream = gzip.GzipFile(fileobj=self._raw) if self.compressed else self._raw
+            # gzip reads its input in large blocks: from a pipe, it takes what has arrived instead.
+            source = _Arrived(self._raw) if self.streaming else self._raw
+            self._stream = gzip.GzipFile(fileobj=source) if self.compressed else self._raw
             self._magic = self._read_magic()
             self.format = "pcapng" if self._magic == _PCAPNG_MAGIC else "pcap"
             if self.format == "pcap":
@@ -82,21 +92,23 @@ class CaptureReader:
     def position(self) -> int:
         """Bytes of the file on disk read so far (compressed bytes for gzip): progress is
         position / total_size."""
-        return self._raw.raw.tell() if not self._raw.closed else self.total_size
+        if self._raw.closed or self.streaming:
+            return self.total_size
+        return self._raw.raw.tell()
 
     def _read_magic(self) -> bytes:
-        what = "gzip-compressed data" if self.compressed else "file"
+        what = "gzip-compressed data" if self.compressed else "input" if self.path == STDIN else "file"
         try:
             magic = self._stream.read(4)
         except (OSError, EOFError, zlib.error) as error:
             raise CaptureError(
-                f"{self.path}: damaged gzip data ({error}); recompress or use the uncompressed capture"
+                f"{self.name}: damaged gzip data ({error}); recompress or use the uncompressed capture"
             ) from None
         if len(magic) < 4:
-            raise CaptureError(f"{self.path}: {what} too short to be a capture ({len(magic)} bytes)")
+            raise CaptureError(f"{self.name}: {what} too short to be a capture ({len(magic)} bytes)")
         if magic != _PCAPNG_MAGIC and int.from_bytes(magic, "big") not in _PCAP_VARIANTS:
             raise CaptureError(
-                f"{self.path}: {what} is not a pcap or pcapng capture (starts with {magic.hex()}); "
+                f"{self.name}: {what} is not a pcap or pcapng capture (starts with {magic.hex()}); "
                 "give a file written by tcpdump, tshark, dumpcap or Wireshark"
             )
         return magic
@@ -123,7 +135,7 @@ class CaptureReader:
     def _read_pcap_header(self):
         header = self._stream.read(20)
         if len(header) < 20:
-            raise CaptureError(f"{self.path}: pcap file header cut short; the file is truncated")
+            raise CaptureError(f"{self.name}: pcap file header cut short; the file is truncated")
         byte_order, units, record_header_len = _PCAP_VARIANTS[int.from_bytes(self._magic, "big")]
         # after the magic: version (2 + 2), time zone, timestamp accuracy, snaplen, link type (4 each)
         linktype = int.from_bytes(header[16:20], "big" if byte_order == ">" else "little")
@@ -255,7 +267,7 @@ class CaptureReader:
         return idb.linktype, units, ts_offset
 
     def _warn(self, message: str) -> None:
-        self.warnings.append(f"{self.path}: {message}")
+        self.warnings.append(f"{self.name}: {message}")
 
     def close(self) -> None:
         stream = getattr(self, "_stream", self._raw)
@@ -275,7 +287,19 @@ def open_capture(path: str | os.PathLike) -> CaptureReader:
     return CaptureReader(path)
 
 
+class _Arrived:
+    """A reader whose read(n) returns the bytes that have arrived (at most n; b"" at the end)."""
+
+    def __init__(self, raw: io.BufferedReader):
+        self.read = raw.read1
+
+
 def _open_raw(path: str) -> io.BufferedReader:
+    if path == STDIN:
+        if os.isatty(sys.stdin.fileno()):
+            raise CaptureError("standard input is a terminal; pipe a capture into it, e.g. "
+                               "tcpdump -w - | kafkasniff decode -")
+        return open(sys.stdin.fileno(), "rb", buffering=_READ_BUFFER, closefd=False)
     try:
         return open(path, "rb", buffering=_READ_BUFFER)
     except FileNotFoundError:

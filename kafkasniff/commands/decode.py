@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import queue
+import signal
 import sys
+import threading
+import time
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 import click
@@ -26,6 +30,10 @@ PROGRESS_MIN_BYTES = 8 << 20
 PROGRESS_EVERY = 512  # segments between progress updates
 PARALLEL_MIN_BYTES = 8 << 20
 MAX_AUTO_JOBS = 4  # beyond that, reading and reassembling in the parent is the limit
+# A capture through a pipe: how long the decoding waits for a segment before it looks for a stop
+# signal and lets capture time pass; and how many segments read ahead may wait for it.
+STREAM_POLL_S = 0.2
+STREAM_READ_AHEAD = 4096
 
 
 def output_options(f):
@@ -85,6 +93,9 @@ def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1) -> 
     def make_analyzer() -> Analyzer:
         return Analyzer(ports)
 
+    if reader.streaming:
+        decode_stream(reader, output, make_analyzer())
+        return
     show_progress = wants_progress(sys.stderr, reader.total_size)
     if jobs > 1 and output.renders_apart:
         decode_parallel(lambda: _segments(reader, show_progress), output, make_analyzer, jobs)
@@ -92,6 +103,110 @@ def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1) -> 
     analyzer = make_analyzer()
     for ev in analyzer.run(_segments(reader, show_progress)):
         output.emit(ev)
+
+
+def decode_stream(reader: CaptureReader, output: Output, analyzer: Analyzer) -> None:
+    """A capture coming through a pipe (`tcpdump -w - | kafkasniff decode -`), decoded as it arrives:
+    standard output is flushed whenever the decoding has caught up with the pipe, so each message shows
+    once its last byte is in. As in sniff, Ctrl-C or SIGTERM stop the reading; the messages in flight
+    are finished, then the summary is printed.
+
+    A thread reads the segments, so that a stop signal, which only sets a flag, is seen even while a
+    read waits on the pipe. While the pipe is idle, capture time goes on from the last segment's time,
+    so a hole is given up after the same wait as when sniffing."""
+    segments: queue.Queue = queue.Queue(STREAM_READ_AHEAD)
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            for segment in reader.segments():
+                if stop.is_set():
+                    return
+                segments.put(segment)
+        except BaseException as error:  # for the decoding thread to raise, unless it stopped reading
+            failure.append(error)
+        segments.put(None)
+
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    threading.Thread(target=read, name="kafkasniff-read", daemon=True).start()
+    last_ts = arrived = None
+    try:
+        while not stop.is_set():
+            try:
+                segment = segments.get(timeout=STREAM_POLL_S)
+            except queue.Empty:
+                if last_ts is not None:
+                    _show(output, analyzer.tick(last_ts + time.monotonic() - arrived))
+                continue
+            if segment is None:
+                if failure:
+                    raise failure[0]
+                break
+            last_ts, arrived = segment.ts, time.monotonic()
+            if _show(output, analyzer.feed(segment)) and segments.empty():
+                output.flush()
+        _show(output, analyzer.finish())
+    finally:
+        stop.set()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _show(output: Output, events: list) -> bool:
+    for ev in events:
+        output.emit(ev)
+    return bool(events)
+
+
+class FileLabels:
+    """Standard output when several captures are decoded, saying which capture each event comes from:
+    one-line view lines start with `PATH: `, JSON lines get a "file" key, and the tree view shows a
+    heading before each capture's first event. `start` is called before each capture, after what came
+    before it has been written; `start(None)` (the --stats summary after the last) labels nothing."""
+
+    def __init__(self, view: str):
+        self.view = view
+        self._label = ""        # what starts each line of the capture being decoded
+        self._heading = ""      # what the tree view prints before the capture's first event
+        self._at_line_start = True
+
+    def start(self, path: str | None) -> None:
+        self._at_line_start = True
+        if path is None:
+            self._label = self._heading = ""
+        elif self.view == "tree":
+            self._heading = f"==> {path} <==\n"
+        elif self.view == "json":
+            import json
+
+            self._label = f'{{"file":{json.dumps(path)},'
+        else:
+            self._label = f"{path}: "
+
+    def write(self, text: str) -> int:
+        if self._heading and text:
+            sys.stdout.write(self._heading)
+            self._heading = ""
+        label = self._label
+        if not label or not text:
+            return sys.stdout.write(text)
+        # Lines may come in pieces (JSON is written between records): only a line's start is labelled;
+        # a JSON line's label takes the place of its opening brace.
+        skip = 1 if self.view == "json" else 0
+        pieces = text.split("\n")
+        for i, piece in enumerate(pieces):
+            if piece and (i or self._at_line_start):
+                pieces[i] = label + piece[skip:]
+        self._at_line_start = not pieces[-1]
+        sys.stdout.write("\n".join(pieces))
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
 
 
 def _segments(reader: CaptureReader, show_progress: bool) -> Iterator[TcpSegment]:
@@ -129,20 +244,31 @@ def default_jobs(reader: CaptureReader, options: OutputOptions) -> int:
                    "one more for the one-line view, at most 4).")
 @output_options
 def decode_command(captures, ports, jobs, **view) -> None:
-    """Decode every Kafka request and response in pcap/pcapng captures (gzip too)."""
+    """Decode every Kafka request and response in pcap/pcapng captures (gzip too).
+
+    CAPTURES are files, or - for standard input (tcpdump -w - | kafkasniff decode -), which is decoded
+    as it arrives until it ends or Ctrl-C."""
     from kafkasniff.commands.terminal import fail
 
-    output = Output(make_options(**view))
+    options = make_options(**view)
+    labels = FileLabels(options.view) if len(captures) > 1 else None
+    output = Output(options, labels)
     try:
         for path in captures:
             try:
                 reader = open_capture(path)
             except CaptureError as e:
                 fail(str(e))
+            if labels is not None:
+                output.flush()
+                labels.start(path)
             with reader:
                 decode_file(reader, output, ports, jobs or default_jobs(reader, output.options))
             for warning in reader.warnings:
                 click.echo(f"kafkasniff: warning: {warning}", err=True)
+        if labels is not None:
+            output.flush()
+            labels.start(None)
         output.finish()
     except BrokenPipeError:
         stdout_gone()
