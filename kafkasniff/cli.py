@@ -75,12 +75,13 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
     """Annotate every byte of a Kafka request or response given as hex.
 
     HEX may be given as arguments, with --file, or on standard input. Plain hex,
-    0x00 style, xxd, hexdump -C and tcpdump -X dumps are accepted; // and #
+    0x00 style, xxd, hexdump -C, tcpdump -x/-X/-XX and tshark -x dumps are accepted
+    (of whole packets too: their link, IP and TCP headers are left out); // and #
     comments are skipped. The 4-byte size prefix is optional.
     """
     from kafkasniff.protocol.identify import identify
     from kafkasniff.render.explain import explanation_json, print_explanation
-    from kafkasniff.render.hexinput import parse_hex_dump
+    from kafkasniff.render.hexinput import parse_hex_blocks
 
     if (api_key is None) != (api_version is None):
         fail("--api-key and --api-version go together")
@@ -96,13 +97,46 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
             click.echo("reading hex from standard input (end with Ctrl-D)…", err=True)
         text = sys.stdin.read()
     try:
-        data = parse_hex_dump(text)
+        blocks = parse_hex_blocks(text)
     except ValueError as e:
         fail(f"cannot read the hex dump: {e}")
-    if not data:
+    if not blocks:
         fail("no hex bytes found in the input")
+    data, taken = kafka_bytes(blocks)
+    if taken:
+        click.echo(taken, err=True)
+    if not data:
+        fail("the packets in the dump carry no TCP payload")
     ident = identify(data, kind, api_key, api_version)
     if as_json:
         click.echo(json.dumps(explanation_json(ident, data), indent=1))
     else:
         print_explanation(make_console(), ident, data, None if full else 64)
+
+
+def kafka_bytes(blocks: list) -> tuple[bytes, str | None]:
+    """The bytes to explain in the blocks of a hex dump, and what was taken when not all of them:
+    tshark's reassembled TCP data when the dump has some; else each block, without its link, IP and
+    TCP headers when it is a whole packet."""
+    from kafkasniff.capture.packets import dumped_packet_payload
+
+    reassembled = [block.data for block in blocks if block.source == "Reassembled TCP"]
+    if reassembled:
+        data = b"".join(reassembled)
+        return data, f"took tshark's reassembled TCP data ({len(data)} bytes)"
+    parts, packets, headers = [], 0, {}
+    for block in blocks:
+        found = dumped_packet_payload(block.data)
+        if found is None:
+            parts.append(block.data)
+            continue
+        payload, layers = found
+        parts.append(payload)
+        packets += 1
+        headers[layers] = headers.get(layers, 0) + len(block.data) - len(payload)
+    if not packets:
+        return b"".join(parts), None
+    left_out = "; ".join(f"{layers} headers, {size} bytes" for layers, size in headers.items())
+    return b"".join(parts), (f"took the TCP payload of {packets} packet{'s' if packets > 1 else ''} "
+                             f"({left_out} left out)")
+

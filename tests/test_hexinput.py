@@ -4,7 +4,7 @@ import subprocess
 import dpkt
 import pytest
 
-from kafkasniff.render.hexinput import parse_hex_dump
+from kafkasniff.render.hexinput import parse_hex_blocks, parse_hex_dump
 
 # ASCII columns full of hex-looking text, bar and comment characters, double spaces, a run of zeros that
 # hexdump/od/xxd -a fold into '*', and a length that leaves a partial last line at every width used below.
@@ -71,6 +71,17 @@ def test_tcpdump_hex_output_round_trips_and_skips_summary_lines(tmp_path, flag, 
     assert dump.count("9092") >= 3
     expected = b"".join(frame if link_header else frame[14:] for frame in frames)
     assert parse_hex_dump(dump) == expected
+
+
+def test_tshark_hex_output_round_trips_a_block_per_packet(tmp_path):
+    path, frames = _pcap(tmp_path, [METADATA_V0_REQUEST, TRICKY[:90], TRICKY[90:]])
+    dump = run_tool(["tshark", "-r", str(path), "-x"], b"")
+    assert [block.data for block in parse_hex_blocks(dump)] == frames
+    assert parse_hex_dump(dump) == b"".join(frames)
+
+
+def test_plain_hex_with_a_double_space_is_not_taken_for_tshark_offsets():
+    assert parse_hex_dump("0000  00 12\n") == bytes.fromhex("00000012")
 
 
 def test_single_tcpdump_packet_gives_ip_header_then_kafka_bytes(tmp_path):

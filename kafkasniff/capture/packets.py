@@ -71,3 +71,72 @@ class FrameParser:
             self.skipped[found] += 1
             return None
         return found
+
+
+# -- whole packets pasted as hex (explain): which headers are there, and the TCP payload after them ------
+
+_ETHERTYPE_IPV4, _ETHERTYPE_IPV6, _ETHERTYPE_VLAN = 0x0800, 0x86DD, 0x8100
+_ETHERNET_MINIMUM = 60  # shorter frames are padded to this (without the FCS)
+_TCP = 6
+_IPV6_OPTION_HEADERS = (0, 43, 60)  # hop-by-hop, routing, destination options: (next, length / 8 - 1, ...)
+
+
+def dumped_packet_payload(data: bytes) -> tuple[bytes, str] | None:
+    """The TCP payload of a whole packet dumped with its headers (tcpdump -x/-X: from the IP header;
+    tcpdump -XX, tshark -x: from the link header: Ethernet, 802.1Q, Linux cooked v1/v2), and the headers
+    found, e.g. "Ethernet, IPv4, TCP"; None unless the bytes start with such headers whose lengths agree
+    with the bytes given (a Kafka frame does not)."""
+    for link, ip_at in _link_layers(data):
+        found = _ip_tcp_payload(data, ip_at, padded=link == "Ethernet")
+        if found is not None:
+            payload, ip = found
+            return payload, ", ".join(filter(None, (link, ip, "TCP")))
+    return None
+
+
+def _link_layers(data: bytes):
+    """(link layer name, where the IP header would start) for each link layer the bytes may start with."""
+    yield "", 0
+    ethertype_at, link = 12, "Ethernet"
+    while len(data) >= ethertype_at + 2:
+        ethertype = int.from_bytes(data[ethertype_at:ethertype_at + 2], "big")
+        if ethertype != _ETHERTYPE_VLAN:
+            break
+        ethertype_at, link = ethertype_at + 4, "Ethernet 802.1Q"
+    if len(data) >= ethertype_at + 2 and \
+            int.from_bytes(data[ethertype_at:ethertype_at + 2], "big") in (_ETHERTYPE_IPV4, _ETHERTYPE_IPV6):
+        yield link, ethertype_at + 2
+    if len(data) >= 16 and int.from_bytes(data[14:16], "big") in (_ETHERTYPE_IPV4, _ETHERTYPE_IPV6):
+        yield "Linux cooked", 16
+    if len(data) >= 20 and int.from_bytes(data[0:2], "big") in (_ETHERTYPE_IPV4, _ETHERTYPE_IPV6):
+        yield "Linux cooked v2", 20
+
+
+def _ip_tcp_payload(data: bytes, at: int, padded: bool) -> tuple[bytes, str] | None:
+    """(TCP payload, IP version name) of an IP packet at data[at] holding a TCP segment, if its length
+    fields agree with the bytes given (an Ethernet frame may be padded to its minimum size)."""
+    if len(data) < at + 20:
+        return None
+    version = data[at] >> 4
+    if version == 4:
+        header = (data[at] & 0x0F) * 4
+        total = int.from_bytes(data[at + 2:at + 4], "big")
+        protocol, name = data[at + 9], "IPv4"
+    elif version == 6 and len(data) >= at + 40:
+        header = 40
+        total = 40 + int.from_bytes(data[at + 4:at + 6], "big")
+        protocol, name = data[at + 6], "IPv6"
+        while protocol in _IPV6_OPTION_HEADERS and len(data) >= at + header + 8:
+            protocol = data[at + header]
+            header += (data[at + header + 1] + 1) * 8
+    else:
+        return None
+    end = at + total
+    if protocol != _TCP or header < 20 or total < header + 20 or \
+            not (end == len(data) or padded and end < len(data) == _ETHERNET_MINIMUM):
+        return None
+    tcp_at = at + header
+    tcp_header = (data[tcp_at + 12] >> 4) * 4
+    if tcp_header < 20 or tcp_at + tcp_header > end:
+        return None
+    return data[tcp_at + tcp_header:end], name

@@ -43,7 +43,8 @@ class Identification:
     message: Message
     has_size_prefix: bool
     assumed: str | None = None          # why this reading was chosen, when it was a guess
-    alternatives: list[tuple[str, int]] = field(default_factory=list)
+    alternatives: list[tuple[str, int]] = field(default_factory=list)  # other response schemas that fit
+    suggestion: str | None = None       # when the schema asked for does not fit: the readings that do
 
 
 def identify(data: bytes, kind: str | None = None, api_key: int | None = None,
@@ -54,13 +55,35 @@ def identify(data: bytes, kind: str | None = None, api_key: int | None = None,
     return found
 
 
+def _as_asked(data: bytes, start: int, prefixed: bool, kind: str | None, api_key: int,
+              api_version: int) -> Identification:
+    """The bytes read with the schema asked for (a request only if its header says that very API and
+    version); where that schema does not fit, the readings that do are suggested."""
+    request = decode_request(data, start, None, skim=True)
+    request_fits = request.malformed is None
+    if kind is None and request_fits and (request.api_key, request.api_version) == (api_key, api_version):
+        return Identification(request, prefixed)
+    msg = decode_response_for_request(data, api_key, api_version, start, None, skim=True)
+    if msg.complete:
+        return Identification(msg, prefixed)
+    fits = [f"{m.api_name} v{m.api_version} response" for m in infer_response(data, start, None)]
+    how = "--api-key/--api-version"
+    if request_fits and kind is None:
+        fits.insert(0, f"{request.api_name} v{request.api_version} request")
+        how = "--request, or " + how
+    suggestion = None
+    if fits:
+        shown = ", ".join(fits[:12]) + (f" and {len(fits) - 12} more" if len(fits) > 12 else "")
+        suggestion = (f"a {msg.api_name or f'API {api_key}'} v{api_version} response does not fit these bytes "
+                      f"exactly; these do: {shown} (pick one with {how})")
+    return Identification(msg, prefixed, suggestion=suggestion)
+
+
 def _identified(data: bytes, kind: str | None, api_key: int | None, api_version: int | None) -> Identification:
     prefixed = has_size_prefix(data)
     start = 4 if prefixed else 0
     if kind != "request" and api_key is not None and api_version is not None:
-        msg = decode_response_for_request(data, api_key, api_version, start, None, skim=True)
-        if kind == "response" or msg.complete:
-            return Identification(msg, prefixed)
+        return _as_asked(data, start, prefixed, kind, api_key, api_version)
     if kind != "response":
         msg = decode_request(data, start, None, skim=True)
         if kind == "request" or msg.complete:

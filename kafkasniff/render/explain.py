@@ -54,6 +54,8 @@ def print_explanation(console: Console, ident: Identification, data: bytes, limi
             shown = ", ".join(f"{n} v{v}" for n, v in ident.alternatives[:12])
             more = f" and {len(ident.alternatives) - 12} more" if len(ident.alternatives) > 12 else ""
             console.print(f"[dim]also fits: {shown}{more} (pick one with --api-key/--api-version)[/dim]")
+    if ident.suggestion:
+        console.print(f"[yellow]{ident.suggestion}[/yellow]")
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col in ("offset", "bytes", "field", "type"):
         table.add_column(col, no_wrap=True)
@@ -88,6 +90,7 @@ def explanation_json(ident: Identification, data: bytes) -> dict:
         "size_prefix": ident.has_size_prefix, "size": m.size,
         "assumed": ident.assumed,
         "alternatives": [{"api_name": n, "api_version": v} for n, v in ident.alternatives],
+        "suggestion": ident.suggestion,
         "malformed": m.malformed.to_json() if m.malformed else None,
         "trailing_bytes": m.trailing.length if m.trailing else 0,
         "unexplained": uncovered(all_rows, 0, len(data)),

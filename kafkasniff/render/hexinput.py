@@ -1,16 +1,20 @@
 """Turn a pasted hex dump into bytes, for `kafkasniff explain`.
 
-Accepted: plain hex (any spacing, `0x` prefixes, commas), `xxd`, `hexdump -C`, `tcpdump -x/-X/-XX` and
-`od -An -tx1` output; `//` and `#` start comments. The dump format is recognised once for the whole text
-from the shape of its offset column, and each line's ASCII column is then cut off by that format's layout,
-so text in the ASCII column is never read as hex, however hex-like it looks.
+Accepted: plain hex (any spacing, `0x` prefixes, commas), `xxd`, `hexdump -C`, `tcpdump -x/-X/-XX`,
+`tshark -x` and `od -An -tx1` output; `//` and `#` start comments. The dump format is recognised once for
+the whole text from the shape of its offset column, and each line's ASCII column is then cut off by that
+format's layout, so text in the ASCII column is never read as hex, however hex-like it looks.
 
 In a dump with offsets, lines without an offset (tcpdump's packet summary, a pasted prompt) are skipped,
 and each offset must continue the previous line (or restart at 0, as a new tcpdump packet does), so a
 skipped data line cannot go unnoticed. A `*` line (a run of repeated lines) is expanded from the offsets.
+Where the offset restarts at 0, a new block begins (a packet of tcpdump or tshark); tshark's names of its
+data sources (`Frame (74 bytes):`, `Reassembled TCP (1048 bytes):`) name the blocks that follow them, up
+to the blank line that ends the packet.
 """
 
 import re
+from typing import NamedTuple
 
 _COMMENT = re.compile(r"//|#")
 # xxd `00000010: 0000 0012  ....` and tcpdump `\t0x0010:  4500 0034  E..4`: ASCII after a 2+ space gap.
@@ -18,20 +22,46 @@ _COLON_OFFSET = re.compile(r"\s*(?:0x)?([0-9a-fA-F]+):(?:\s+(.*))?")
 _ASCII_GAP = re.compile(r"\s{2,}")
 # hexdump -C `00000010  00 00 00 12  00 03 ...  |....|`, ASCII between bars; the last line is a bare offset.
 _HEXDUMP_C = re.compile(r"([0-9a-fA-F]{8,})(?:  ([^|]*)\|.*)?")
+# tshark -x `0010  00 3c dd db 40 00 ...   .<..@.`: a bare offset, two spaces, bytes, the ASCII column;
+# recognised by a full line (16 bytes), which plain hex does not make.
+_SPACED_OFFSET = re.compile(r"([0-9a-fA-F]{4,})  ((?:[0-9a-fA-F]{2} )*[0-9a-fA-F]{2})(?: {2,}.*)?")
+_SPACED_OFFSET_FULL = re.compile(r"[0-9a-fA-F]{4,}  (?:[0-9a-fA-F]{2} ){15}[0-9a-fA-F]{2} {3}.{1,16}")
+_SOURCE_NAME = re.compile(r"(\S.*) \(\d+ bytes\):")
 _TOKEN = re.compile(r"(?:0[xX])?([0-9a-fA-F]+)")
 
 _Split = tuple[int | None, str] | None  # (offset, hex area), or None for a line that carries no bytes
 
 
+class Block(NamedTuple):
+    source: str | None  # the name tshark gives the data source, e.g. "Reassembled TCP"
+    data: bytes
+
+
 def parse_hex_dump(text: str) -> bytes:
     """Return the bytes of a hex dump; raise ValueError naming the line of any unreadable text."""
+    return b"".join(block.data for block in parse_hex_blocks(text))
+
+
+def parse_hex_blocks(text: str) -> list[Block]:
+    """The bytes of a hex dump, as the blocks (packets) it holds; raise ValueError naming the line of any
+    unreadable text."""
     lines = [_COMMENT.split(line, maxsplit=1)[0].rstrip() for line in text.splitlines()]
     split_line = _line_splitter(lines)
+    blocks: list[Block] = []
+    source = block_source = None  # the name in force, and that of the block being read
     out = bytearray()
     previous: tuple[int | None, bytes] | None = None
     repeat_pending = False
     for number, line in enumerate(lines, start=1):
         if not line.strip():
+            source = None  # tshark ends each packet with a blank line; its sources are named within
+            continue
+        named = _SOURCE_NAME.fullmatch(line.strip())
+        if named:
+            if out:
+                blocks.append(Block(block_source, bytes(out)))
+                out.clear()
+            source = named[1]
             continue
         if line.strip() == "*":
             if previous is None or previous[0] is None or not previous[1]:
@@ -55,11 +85,18 @@ def parse_hex_dump(text: str) -> bytes:
             elif offset not in (expected, 0):
                 raise ValueError(f"line {number}: offset {offset:#x} does not follow the previous line "
                                  f"(expected {expected:#x})")
+        if offset == 0 and out:
+            blocks.append(Block(block_source, bytes(out)))
+            out.clear()
+        if not out:
+            block_source = source
         out += data
         previous = (offset, data)
     if repeat_pending:
         raise ValueError("'*' (repeated lines) at the end of the dump has no closing offset")
-    return bytes(out)
+    if out:
+        blocks.append(Block(block_source, bytes(out)))
+    return blocks
 
 
 def _line_splitter(lines: list[str]):
@@ -67,6 +104,8 @@ def _line_splitter(lines: list[str]):
         return _split_colon_offset
     if any((m := _HEXDUMP_C.fullmatch(line)) and m[2] is not None for line in lines):
         return _split_hexdump_c
+    if any(_SPACED_OFFSET_FULL.fullmatch(line) for line in lines):
+        return _split_spaced_offset
     return lambda line: (None, line)
 
 
@@ -76,6 +115,13 @@ def _split_colon_offset(line: str) -> _Split:
         return None
     area = _ASCII_GAP.split(match[2] or "", maxsplit=1)[0]
     return int(match[1], 16), area
+
+
+def _split_spaced_offset(line: str) -> _Split:
+    match = _SPACED_OFFSET.fullmatch(line)
+    if match is None:
+        return None
+    return int(match[1], 16), match[2]
 
 
 def _split_hexdump_c(line: str) -> _Split:
