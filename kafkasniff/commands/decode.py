@@ -52,7 +52,8 @@ def output_options(f):
         click.option("--show-secrets", is_flag=True, help="Show SASL passwords and SCRAM proofs."),
         click.option("--full", is_flag=True, help="Show long keys, values and byte runs whole."),
         click.option("--port", "ports", type=int, multiple=True,
-                     help="Kafka broker port hint (Kafka is also found on any port by content)."),
+                     help="Broker port hint, for where the bytes fit either way (a captured handshake and "
+                          "the bytes decide first; Kafka and TLS are found on any port)."),
     ]
     for option in reversed(options):
         f = option(f)
