@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import os
-import queue
-import signal
 import sys
-import threading
-import time
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 import click
@@ -22,8 +18,9 @@ from kafkasniff.stream.analyzer import Analyzer
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-# Modules that only some views need (rich, records and their codecs) are imported when used:
-# start-up runs before any work is shared out, so every import there delays the whole decode.
+# Modules that only some views or inputs need (rich, records and their codecs, a pipe's reading thread)
+# are imported when used: start-up runs before any work is shared out, so every import there delays the
+# whole decode.
 
 # Smaller captures decode in a moment: a bar would only flicker.
 PROGRESS_MIN_BYTES = 8 << 20
@@ -115,6 +112,11 @@ def decode_stream(reader: CaptureReader, output: Output, analyzer: Analyzer) -> 
     A thread reads the segments, so that a stop signal, which only sets a flag, is seen even while a
     read waits on the pipe. While the pipe is idle, capture time goes on from the last segment's time,
     so a hole is given up after the same wait as when sniffing."""
+    import queue
+    import signal
+    import threading
+    import time
+
     segments: queue.Queue = queue.Queue(STREAM_READ_AHEAD)
     failure: list[BaseException] = []
     stop = threading.Event()

@@ -62,7 +62,7 @@ def message_event_json(ev: MessageEvent, topic_names: Iterable[str] | None = Non
     if m.kind == "response":
         out["latency_ms"] = round(ev.latency_ms, 3) if ev.latency_ms is not None else None
         out["inferred"] = ev.inferred
-        if ev.unexpected:
+        if request is not None and not request.expects_response:
             out["unexpected"] = True
     else:
         out["expects_response"] = ev.expects_response

@@ -64,10 +64,10 @@ def message_line(ev: MessageEvent, topics: dict[str, list] | str | None = None) 
     line += f" {m.end - m.offset}B"
     if ev.latency_ms is not None:
         line += f" {ev.latency_ms:.3f}ms"
+        if not ev.request.expects_response:
+            line += " (unexpected: its request expected no response)"
     if ev.inferred:
         line += " (request not captured: inferred)"
-    elif ev.unexpected:
-        line += " (unexpected: its request expected no response)"
     if topics is not None and carries_records(m.api_key):
         line += topics if type(topics) is str else topics_text(topics)
     if m.batches:

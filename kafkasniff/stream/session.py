@@ -57,7 +57,7 @@ class Connection:
 
 class MessageEvent:
     __slots__ = ("conn", "direction", "ts", "first_ts", "stream_offset", "payload", "message", "request",
-                 "latency_ms", "inferred", "expects_response", "unexpected")
+                 "latency_ms", "inferred", "expects_response")
 
     def __init__(self, conn: Connection, direction: str, frame: Frame, message: Message):
         self.conn = conn
@@ -71,7 +71,6 @@ class MessageEvent:
         self.latency_ms: float | None = None
         self.inferred = False
         self.expects_response = True
-        self.unexpected = False  # a response to a request that expects none (Produce with acks=0)
 
     @property
     def src(self) -> Endpoint:
@@ -493,11 +492,9 @@ class Session:
             return
         correlation_id = _I32.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
         request = self.pending.pop(correlation_id, None)
-        unexpected = False
         if self.unanswered:
             if request is None:
                 request = self.unanswered.pop(correlation_id, None)
-                unexpected = request is not None
             if request is not None:
                 # Answers come in order: older requests that expect no response will not get one.
                 for older in [c for c in self.unanswered if c < correlation_id]:
@@ -515,7 +512,6 @@ class Session:
             event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
             event.request = request
             event.latency_ms = (frame.ts - request.ts) * 1000.0
-            event.unexpected = unexpected
             if quirks.starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
                 self._raw_sasl(not msg.errors)  # its ErrorCode is 0
         else:
