@@ -272,7 +272,8 @@ class Session:
             probe = self.probes[side]
             if probe is not None:
                 self._identify(side, probe.feed(data, ts))
-            self._identify_within_limits(ts)
+            if self.client_side is None:
+                self._identify_within_limits(ts)
         return self._take()
 
     def gap(self, side: int, size: int, ts: float) -> list:
@@ -337,8 +338,6 @@ class Session:
     def _identify_within_limits(self, ts: float) -> None:
         """When requests can no longer tell (no side may be the client any more, or too many bytes
         without one), responses decide, or the connection is not Kafka."""
-        if self.client_side is not None or self.ignored:
-            return
         held = self.held_bytes
         if any(self.probes) and min(held) <= IDENTIFY_LIMIT and max(held) <= 4 * IDENTIFY_LIMIT:
             return
