@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from kafkasniff.cli import main
 from kafkasniff.commands import decode
-from kafkasniff.commands.parallel import WorkerFailed
+from kafkasniff.engine.parallel import WorkerFailed
 from kafkasniff.render.output import Output, OutputOptions
 from tests.capture_manifest import CAPTURES_DIR, capture_names
 

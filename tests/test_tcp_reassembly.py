@@ -25,7 +25,7 @@ from kafkasniff.stream.tcp import (
     END_FIN,
     END_PORT_REUSED,
     END_RST,
-    Connection,
+    TcpConnection,
     ConnectionOpened,
     Endpoint,
     Gap,
@@ -151,7 +151,7 @@ def test_recorded_exchange_reassembles_exactly(tmp_path):
     assert_whole_exchange(streams)
     (opened,) = streams.opened
     client = Endpoint("127.0.0.1", opened.conn.a.port)
-    assert opened.conn == Connection(0, client, Endpoint("127.0.0.1", SERVER_PORT))
+    assert opened.conn == TcpConnection(0, client, Endpoint("127.0.0.1", SERVER_PORT))
     assert opened.client_guess == client
     assert streams.ends == [(0, A_TO_B, END_FIN), (0, B_TO_A, END_FIN), (0, BOTH, END_FIN)]
     client_pieces = [(e.offset, len(e.data)) for e in streams.events
@@ -296,7 +296,7 @@ def summary(events) -> list[tuple]:
     return out
 
 
-CONN = Connection(0, Endpoint(*CLIENT), Endpoint(*SERVER))
+CONN = TcpConnection(0, Endpoint(*CLIENT), Endpoint(*SERVER))
 
 
 def test_handshake_names_the_client_and_offsets_start_after_syn():
@@ -498,9 +498,9 @@ def test_stream_numbers_follow_first_appearance():
     ]
     opened = [e.conn for e in events_of(segments) if isinstance(e, ConnectionOpened)]
     assert opened == [
-        Connection(0, Endpoint(*peers[1]), Endpoint(*SERVER)),
-        Connection(1, Endpoint(*SERVER), Endpoint(*peers[0])),
-        Connection(2, Endpoint(*peers[2]), Endpoint(*SERVER)),
+        TcpConnection(0, Endpoint(*peers[1]), Endpoint(*SERVER)),
+        TcpConnection(1, Endpoint(*SERVER), Endpoint(*peers[0])),
+        TcpConnection(2, Endpoint(*peers[2]), Endpoint(*SERVER)),
     ]
 
 

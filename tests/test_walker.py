@@ -140,3 +140,71 @@ def test_a_program_is_checked_when_made(words, problem):
 
     with pytest.raises(ValueError, match=problem):
         _walk.Program(array("i", words), ("a",), (b'"a":',), 0, 0)
+
+
+def _rows_from_fields(body) -> list[tuple]:
+    """What the Spark records table held when it was made from the Field tree."""
+    from kafkasniff.protocol.records import records_of
+
+    out = []
+
+    def walk(f, topic, topic_id, partition):
+        if not f.type.startswith("[]"):
+            for c in f.children or ():
+                if c.role == "topicName" and c.type == "string":
+                    topic = c.value
+                elif c.role == "topicId":
+                    topic_id = c.value
+                elif c.role == "partition" and c.type == "int32":
+                    partition = c.value
+        for c in f.children or ():
+            if c.type == "records" and c.children is not None:
+                for item in c.children:
+                    if item.type not in ("RecordBatch", "Message"):
+                        continue
+                    batch = item.value
+                    for record in records_of(item):
+                        r = record.value
+                        ts = r["timestamp"]
+                        out.append((topic, topic_id, partition, r["offset"], ts * 1000 if ts is not None and ts >= 0
+                                    else None, None if r["key"] is None else len(r["key"]),
+                                    None if r["value"] is None else len(r["value"]), len(r["headers"]),
+                                    batch["codec"], batch["magic"], batch["producer_id"], batch["is_transactional"],
+                                    batch["is_control"], batch["crc_valid"] and r.get("crc_valid", True)))
+            elif c.type != "records" and c.children:
+                walk(c, topic, topic_id, partition)
+
+    walk(body, None, None, None)
+    return out
+
+
+def _legacy_produce(magic: int, codec: str) -> bytes:
+    from kafkasniff.protocol.encoder import encode_request
+    from kafkasniff.protocol.records_encoder import Record, encode_message_set
+
+    records = [Record(key=b"k1", value=b"first", timestamp_delta=0), Record(key=None, value=b"second")]
+    message_set = encode_message_set(records, magic=magic, codec=codec, base_offset=40, timestamp=1_700_000_000_000)
+    return encode_request(0, 2, 9, "legacy", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "old", "PartitionData": [{"Index": 3, "Records": message_set}]}]}, size_prefix=False)
+
+
+@pytest.mark.parametrize("index", [i for i, (payload, request) in enumerate(FRAMES)
+                                   if _decode(payload, request, True).batches])
+def test_spark_record_rows_are_the_records_of_the_field_tree(index):
+    from kafkasniff.protocol.messages import record_rows
+
+    payload, request = FRAMES[index]
+    full = _decode(payload, request, False)
+    assert record_rows(full, payload) == _rows_from_fields(full.body) != []
+
+
+@pytest.mark.parametrize("magic, codec", [(0, "none"), (1, "none"), (0, "gzip"), (1, "gzip"), (1, "snappy")])
+def test_spark_record_rows_of_legacy_message_sets(magic, codec):
+    from kafkasniff.protocol.messages import record_rows
+
+    payload = _legacy_produce(magic, codec)
+    full = decode_request(payload)
+    rows = record_rows(full, payload)
+    assert rows == _rows_from_fields(full.body)
+    assert [(topic, partition, offset, key, value, row_codec) for topic, _, partition, offset, _, key, value, _,
+            row_codec, *_ in rows] == [("old", 3, 40, 2, 5, codec), ("old", 3, 41, None, 6, codec)]

@@ -195,6 +195,13 @@ def json_body(msg: Message, buf, ctx=None, write=None) -> bytes | None:
     return walker.json_body(body, buf, msg.body_offset, msg.end, ctx, write)
 
 
+def record_rows(msg: Message, buf) -> list[tuple]:
+    """A tuple per record the message carries (walker.RECORD_ROW), in wire order."""
+    if msg.body_offset is None or not msg.batches:
+        return []
+    return walker.record_rows(_layout(msg.kind, msg.api_key, msg.api_version).body, buf, msg.body_offset, msg.end)
+
+
 def tree_text(msg: Message, buf, limit: int | None, show_secrets: bool, spans: bool, ctx=None,
               topic_names: dict | None = None, write=None) -> tuple[bytes, bytes | None]:
     """The message's header and body as -V tree lines (see walker.text_tree); empty when the API is unknown."""

@@ -105,6 +105,17 @@ def json_body(program: _walk.Program, buf, pos: int, end: int, ctx=None, write=N
     return _walk.json_body(program, buf, pos, end, ctx, write, JSON_FLUSH_BYTES, prefix, limit)
 
 
+# What record_rows gives for each record (rows.c).
+RECORD_ROW = ("topic", "topic_id", "partition", "offset", "timestamp", "key_size", "value_size", "header_count",
+              "codec", "magic", "producer_id", "is_transactional", "is_control", "crc_valid")
+
+
+def record_rows(program: _walk.Program, buf, pos: int, end: int,
+                limit: int = DEFAULT_MAX_DECOMPRESSED) -> list[tuple]:
+    """A tuple per record (RECORD_ROW; timestamp in microseconds) of the body at buf[pos:end], read in one pass."""
+    return _walk.record_rows(program, buf, pos, end, limit)
+
+
 # Where -V text is handed to its writer, between lines.
 TEXT_FLUSH_BYTES = 1 << 18
 

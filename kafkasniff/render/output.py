@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from kafkasniff.protocol.schema import carries_records
+from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.render.oneline import TOPICS_SLOT, event_line, topics_text
 from kafkasniff.render.values import error_names
 from kafkasniff.stream.session import MessageEvent
@@ -50,39 +51,6 @@ def client_id_of(ev: MessageEvent) -> str | None:
     if ev.message.kind == "request":
         return ev.message.client_id
     return ev.request.message.client_id if ev.request else None
-
-
-class TopicNames:
-    """Topic names a message mentions, with the records it carries for each.
-
-    Newer versions of Fetch, Produce and others name topics by id only; ids are
-    resolved with the (id, name) pairs that Metadata, CreateTopics and similar
-    responses carry, learned as the capture goes by. Unresolved ids are listed
-    as the id's text. Memory grows with the number of distinct topics only.
-
-    Finding the mentions needs only the message; resolving them needs every
-    earlier message of the capture. The two halves are apart so that parallel
-    decoding can find mentions in its workers and resolve them in capture order.
-    """
-
-    def __init__(self) -> None:
-        self.by_id: dict[str, str] = {}
-
-    def resolve(self, mentions: list[list]) -> dict[str, list]:
-        """Mentions (Message.mentions) as {topic: [records, partitions]}; learns the (id, name) pairs among them."""
-        found: dict[str, list] = {}
-        for name, topic_id, records, partitions in mentions:
-            if name is not None and topic_id is not None:
-                self.by_id[topic_id] = name
-            elif topic_id is not None:
-                name = self.by_id.get(topic_id, topic_id)
-            entry = found.get(name)
-            if entry is None:
-                found[name] = [records, list(partitions)]
-            else:
-                entry[0] += records
-                entry[1] += partitions
-        return found
 
 
 def learns_or_shows_topics(ev: MessageEvent) -> bool:

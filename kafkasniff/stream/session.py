@@ -45,7 +45,9 @@ def endpoint_text(endpoint: Endpoint) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-class Connection:
+class KafkaConnection:
+    """A connection as Kafka sees it: which side is the client, which the broker."""
+
     __slots__ = ("stream", "client", "server", "tls")
 
     def __init__(self, stream: int, client: Endpoint, server: Endpoint):
@@ -59,7 +61,7 @@ class MessageEvent:
     __slots__ = ("conn", "direction", "ts", "first_ts", "stream_offset", "payload", "message", "request",
                  "latency_ms", "inferred", "expects_response")
 
-    def __init__(self, conn: Connection, direction: str, frame: Frame, message: Message):
+    def __init__(self, conn: KafkaConnection, direction: str, frame: Frame, message: Message):
         self.conn = conn
         self.direction = direction
         self.ts = frame.ts
@@ -84,7 +86,7 @@ class MessageEvent:
 class SaslTokenEvent:
     __slots__ = ("conn", "direction", "ts", "stream_offset", "token", "mechanism", "fields")
 
-    def __init__(self, conn: Connection, direction: str, frame: Frame, mechanism: str | None):
+    def __init__(self, conn: KafkaConnection, direction: str, frame: Frame, mechanism: str | None):
         self.conn = conn
         self.direction = direction
         self.ts = frame.ts
@@ -97,7 +99,7 @@ class SaslTokenEvent:
 class NoticeEvent:
     __slots__ = ("conn", "direction", "ts", "kind", "text", "stream_offset", "size")
 
-    def __init__(self, conn: Connection | None, direction: str | None, ts: float, kind: str, text: str,
+    def __init__(self, conn: KafkaConnection | None, direction: str | None, ts: float, kind: str, text: str,
                  stream_offset: int = 0, size: int = 0):
         self.conn = conn
         self.direction = direction
@@ -226,7 +228,7 @@ class Session:
         self.handshake_client = handshake_client
         self.port_hint_client = port_hint_client
         self.max_frame = max_frame
-        self.conn: Connection | None = None
+        self.conn: KafkaConnection | None = None
         self.client_side: int | None = None
         self.framers: list[Framer | None] = [None, None]
         # Before the roles are known: each side's bytes (data, ts, gap size), and a probe looking for
@@ -314,7 +316,7 @@ class Session:
     def _set_roles(self, client_side: int) -> None:
         self.client_side = client_side
         server_side = 1 - client_side
-        self.conn = Connection(self.stream, self.endpoints[client_side], self.endpoints[server_side])
+        self.conn = KafkaConnection(self.stream, self.endpoints[client_side], self.endpoints[server_side])
         self.framers[client_side] = Framer(RequestFrames, self.max_frame, self.from_start[client_side],
                                            requests=True)
         self.framers[server_side] = Framer(ResponseFrames(self), self.max_frame, self.from_start[server_side])
@@ -390,9 +392,9 @@ class Session:
         """Before the bytes tell: the handshake's client, the port hint's, or the caller's first side."""
         return self.handshake_client if self.handshake_client is not None else self.port_hint_client or 0
 
-    def _unidentified_connection(self) -> Connection:
+    def _unidentified_connection(self) -> KafkaConnection:
         client = self._likely_client_side()
-        return Connection(self.stream, self.endpoints[client], self.endpoints[1 - client])
+        return KafkaConnection(self.stream, self.endpoints[client], self.endpoints[1 - client])
 
     def _report_ignored(self, ts: float) -> None:
         """Each side's bytes that were not decoded, so that every byte captured shows up."""

@@ -1,8 +1,8 @@
 """Sans-I/O TCP reassembly: feed TcpSegments, get ordered stream events back.
 
-Each connection gets a small stable id (`Connection.stream`, counted from 0 in order of
-first appearance, like tshark's tcp.stream) and two directions: A_TO_B from `Connection.a`
-to `Connection.b`, and B_TO_A. `a` is the client when the handshake shows it (the sender
+Each connection gets a small stable id (`TcpConnection.stream`, counted from 0 in order of
+first appearance, like tshark's tcp.stream) and two directions: A_TO_B from `TcpConnection.a`
+to `TcpConnection.b`, and B_TO_A. `a` is the client when the handshake shows it (the sender
 of a SYN without ACK), else the sender of the first segment seen.
 
 Per direction, payload comes out in order as StreamData with its absolute stream offset
@@ -44,20 +44,20 @@ class Endpoint(NamedTuple):
     port: int
 
 
-class Connection(NamedTuple):
+class TcpConnection(NamedTuple):
     stream: int
     a: Endpoint
     b: Endpoint
 
 
 class ConnectionOpened(NamedTuple):
-    conn: Connection
+    conn: TcpConnection
     client_guess: Endpoint | None  # None when no SYN was seen
     ts: float
 
 
 class StreamData(NamedTuple):
-    conn: Connection
+    conn: TcpConnection
     direction: int
     offset: int
     data: bytes
@@ -65,7 +65,7 @@ class StreamData(NamedTuple):
 
 
 class Gap(NamedTuple):
-    conn: Connection
+    conn: TcpConnection
     direction: int
     offset: int
     size: int
@@ -73,7 +73,7 @@ class Gap(NamedTuple):
 
 
 class StreamEnd(NamedTuple):
-    conn: Connection
+    conn: TcpConnection
     direction: int  # A_TO_B, B_TO_A or BOTH
     reason: str  # END_FIN, END_RST, END_CAPTURE, END_PORT_REUSED or END_IDLE
     ts: float
@@ -106,7 +106,7 @@ class _HalfStream:
 class _ConnectionState:
     __slots__ = ("conn", "halves", "keys", "last_seen")
 
-    def __init__(self, conn: Connection, keys: tuple[tuple, tuple]) -> None:
+    def __init__(self, conn: TcpConnection, keys: tuple[tuple, tuple]) -> None:
         self.conn = conn
         self.halves = (_HalfStream(), _HalfStream())
         self.keys = keys  # table keys of A_TO_B and B_TO_A segments
@@ -220,7 +220,7 @@ class TcpReassembler:
         if flags & SYN:
             client = receiver if flags & ACK else sender
         a, b = (receiver, sender) if client == receiver else (sender, receiver)
-        conn = Connection(self._next_stream, a, b)
+        conn = TcpConnection(self._next_stream, a, b)
         self._next_stream += 1
         reverse = (key[2], key[3], key[0], key[1])
         keys = (key, reverse) if a == sender else (reverse, key)

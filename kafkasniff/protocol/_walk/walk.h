@@ -255,5 +255,6 @@ PyObject *field_tree(PyObject *self, PyObject *args);
 PyObject *records_fields(PyObject *self, PyObject *args);
 PyObject *records_json(PyObject *self, PyObject *args);
 PyObject *text_tree(PyObject *self, PyObject *args);
+PyObject *record_rows(PyObject *self, PyObject *args);
 
 #endif

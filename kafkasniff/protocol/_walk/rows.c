@@ -1,0 +1,233 @@
+/* The rows builder: one tuple per record of a Produce request or Fetch response, for the Spark `records`
+ * table, read in the walk itself (no Field tree):
+ *
+ *   (topic, topic id, partition, offset, timestamp ms, key size, value size, header count, codec, magic,
+ *    producer id, transactional, control, crc valid)
+ *
+ * Topic and partition come from the fields whose roles say so, in the structs around the records field (a
+ * struct's own override those around it). Legacy messages give a row each; a compressed wrapper's inner
+ * messages give theirs, with the wrapper's codec and CRC verdict. Partial and malformed items give none.
+ */
+#include "walk.h"
+
+#define MAX_NEST 200
+
+typedef struct {
+    PyObject *topic, *topic_id, *partition; /* borrowed: owned by `held` */
+} Context;
+
+typedef struct {
+    PyObject *rows;
+    PyObject *held; /* a list keeping the context values alive */
+    Context context[MAX_NEST];
+    int depth;
+    /* the item whose records are read */
+    const char *codec;
+    int codec_id, magic, transactional, control, crc_valid;
+    int64_t producer_id;
+    int legacy_depth;
+} Rows;
+
+static Context *here(Rows *r) { return &r->context[r->depth - 1]; }
+
+static int keep(Rows *r, PyObject *value, PyObject **slot) {
+    if (value == NULL || PyList_Append(r->held, value) < 0) {
+        Py_XDECREF(value);
+        return -1;
+    }
+    Py_DECREF(value);
+    *slot = value;
+    return 0;
+}
+
+static int r_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py_ssize_t at, const uint8_t *p) {
+    Rows *r = w->state;
+    if (role == R_TOPIC_ID && kind == K_UUID && r->depth) {
+        char text[36];
+        Out o = {text, 0, sizeof text};
+        out_uuid(&o, p);
+        return keep(r, PyUnicode_FromStringAndSize(text, 36), &here(r)->topic_id);
+    }
+    if (role == R_PARTITION && kind == K_INT32 && name != INDEX_NAME && r->depth)
+        return keep(r, PyLong_FromLong((long)fixed_value(kind, p)), &here(r)->partition);
+    return 0;
+}
+
+static int r_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
+                  const uint8_t *p, Py_ssize_t n, int not_nullable) {
+    Rows *r = w->state;
+    if (role != R_TOPIC_NAME || form != FORM_STRING || name == INDEX_NAME || !r->depth)
+        return 0;
+    return keep(r, n < 0 ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8((const char *)p, n, NULL), &here(r)->topic);
+}
+
+static int r_nothing(Walker *w, int name, int type, int role, Py_ssize_t at, int64_t count) { return 0; }
+static int r_null(Walker *w, int name, int type, Py_ssize_t at, Py_ssize_t size, int not_nullable) { return 0; }
+static int r_end(Walker *w, Py_ssize_t end, int ok) { return 0; }
+
+static int r_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ssize_t at) {
+    Rows *r = w->state;
+    if (r->depth >= MAX_NEST) {
+        PyErr_SetString(PyExc_RecursionError, "rows: structs nested too deep");
+        return -1;
+    }
+    r->context[r->depth] = r->depth ? *here(r) : (Context){Py_None, Py_None, Py_None};
+    r->depth++;
+    return 0;
+}
+
+static int r_struct_null(Walker *w, int name, int type, Py_ssize_t at) { return 0; }
+
+static int r_struct_end(Walker *w, Py_ssize_t end, int ok) {
+    ((Rows *)w->state)->depth--;
+    return 0;
+}
+
+static int r_tagged_begin(Walker *w, Py_ssize_t at) { return 0; }
+static int r_tagged_unknown(Walker *w, uint64_t tag, Py_ssize_t at, Py_ssize_t size, const uint8_t *p) { return 0; }
+static int r_tagged_end(Walker *w, Py_ssize_t end, uint64_t count, int ok) { return 0; }
+static int r_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at,
+                      Py_ssize_t n) { return 0; }
+
+/* --- records ------------------------------------------------------------------------------------ */
+
+static PyObject *size_of(Py_ssize_t n) { return n < 0 ? Py_NewRef(Py_None) : PyLong_FromSsize_t(n); }
+
+static PyObject *when(i128 ms) {
+    if (ms < 0)
+        return Py_NewRef(Py_None);
+    if (ms > INT64_MAX / 1000) {
+        char text[48];
+        format_i128(text, sizeof text, ms * 1000);
+        return PyLong_FromString(text, NULL, 10);
+    }
+    return PyLong_FromLongLong((long long)(ms * 1000));
+}
+
+static PyObject *offset_of(i128 offset) {
+    if (offset >= INT64_MIN && offset <= INT64_MAX)
+        return PyLong_FromLongLong((long long)offset);
+    char text[48];
+    format_i128(text, sizeof text, offset);
+    return PyLong_FromString(text, NULL, 10);
+}
+
+static int row(Rows *r, PyObject *offset, PyObject *timestamp, Py_ssize_t key_len, Py_ssize_t value_len,
+               int header_count, int crc_valid) {
+    const Context *c = here(r);
+    PyObject *codec = r->codec ? PyUnicode_FromString(r->codec) : PyUnicode_FromFormat("unknown(%d)", r->codec_id);
+    PyObject *tuple = offset && timestamp && codec
+                          ? Py_BuildValue("(OOONNNNiNiLOOO)", c->topic, c->topic_id, c->partition, offset, timestamp,
+                                          size_of(key_len), size_of(value_len), header_count, codec, r->magic,
+                                          (long long)r->producer_id, r->transactional ? Py_True : Py_False,
+                                          r->control ? Py_True : Py_False, crc_valid ? Py_True : Py_False)
+                          : NULL;
+    if (tuple == NULL) {
+        Py_XDECREF(offset);
+        Py_XDECREF(timestamp);
+        Py_XDECREF(codec);
+        return -1;
+    }
+    int failed = PyList_Append(r->rows, tuple);
+    Py_DECREF(tuple);
+    return failed;
+}
+
+static int rr_malformed(Walker *w, void *st, const Span *span, Py_ssize_t start, Py_ssize_t end, Py_ssize_t at,
+                        const char *reason) { return 0; }
+static int rr_partial(Walker *w, void *st, const Span *span, Py_ssize_t start, Py_ssize_t end, int magic,
+                      int64_t total) { return 0; }
+
+static int rr_batch_begin(Walker *w, void *st, const Span *span, const BatchHeader *h) {
+    Rows *r = st;
+    if (r->legacy_depth)
+        return 0; /* a record batch inside a legacy wrapper: not one of its records */
+    r->codec_id = h->attributes & 7;
+    r->codec = codec_text(r->codec_id);
+    r->magic = 2;
+    r->producer_id = h->producer_id;
+    r->transactional = (h->attributes & 0x10) != 0;
+    r->control = (h->attributes & 0x20) != 0;
+    r->crc_valid = h->crc == h->crc_computed;
+    return 0;
+}
+
+static int rr_batch_records(Walker *w, void *st, const Span *o, const Span *i, Py_ssize_t a, Py_ssize_t b,
+                            const char *p, int t) { return 0; }
+
+static int rr_record(Walker *w, void *st, const Span *span, const BatchHeader *h, const RecordInfo *rec) {
+    Rows *r = st;
+    if (r->legacy_depth)
+        return 0;
+    return row(r, offset_of(rec->offset), when(rec->timestamp), rec->key_len, rec->value_len, rec->header_count,
+               r->crc_valid);
+}
+
+static int rr_batch_end(Walker *w, void *st, const BatchHeader *h, int64_t decoded) { return 0; }
+
+static int rr_message_begin(Walker *w, void *st, const Span *span, const MessageInfo *m) {
+    Rows *r = st;
+    PyObject *timestamp = m->has_timestamp ? when(m->timestamp) : Py_NewRef(Py_None);
+    if (r->legacy_depth++) /* inside a wrapper: the wrapper's facts, this message's own CRC verdict */
+        return row(r, PyLong_FromLongLong(m->absolute_offset), timestamp, m->key_len, m->value_len, 0,
+                   r->crc_valid && m->crc == m->crc_computed);
+    r->codec_id = m->attributes & 7;
+    r->codec = codec_text(r->codec_id);
+    r->magic = m->magic;
+    r->producer_id = -1;
+    r->transactional = r->control = 0;
+    r->crc_valid = m->crc == m->crc_computed;
+    if (r->codec_id) { /* its records are its inner messages */
+        Py_XDECREF(timestamp);
+        return 0;
+    }
+    return row(r, PyLong_FromLongLong(m->absolute_offset), timestamp, m->key_len, m->value_len, 0, r->crc_valid);
+}
+
+static int rr_wrapper(Walker *w, void *st, const Span *o, const Span *i, const MessageInfo *m, const char *p, int t) {
+    return 0;
+}
+
+static int rr_message_end(Walker *w, void *st, const MessageInfo *m, int64_t records) {
+    ((Rows *)st)->legacy_depth--;
+    return 0;
+}
+
+static const RecordSink rows_sink = {rr_malformed, rr_partial, rr_batch_begin, rr_batch_records, rr_record,
+                                     rr_batch_end, rr_message_begin, rr_wrapper, rr_message_end};
+
+static int r_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at, Py_ssize_t n) {
+    return records_read(w, &rows_sink, w->state, data_at, data_at + n, 1, 1);
+}
+
+const Builder rows_builder = {r_fixed, r_text, r_nothing, r_null, r_end, r_struct_begin, r_struct_null,
+                              r_struct_end, r_tagged_begin, r_tagged_unknown, r_tagged_end, r_records, r_embedded};
+
+/* record_rows(program, buf, pos, end, decompress_limit) -> [row tuple]: see the top of this file. */
+PyObject *record_rows(PyObject *self, PyObject *args) {
+    PyObject *program;
+    Py_buffer buf;
+    Py_ssize_t pos, end;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "O!y*nnL:record_rows", &ProgramType, &program, &buf, &pos, &end, &limit))
+        return NULL;
+    PyObject *result = NULL;
+    Rows r = {.rows = PyList_New(0), .held = PyList_New(0)};
+    if (r.rows == NULL || r.held == NULL)
+        goto done;
+    if (pos < 0 || end > buf.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "record_rows: range outside the buffer");
+        goto done;
+    }
+    Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &rows_builder, .state = &r,
+                .decompress_budget = limit};
+    Py_ssize_t stop;
+    walk_program(&w, (const Program *)program, pos, end, &stop);
+    if (w.failed != 2)
+        result = Py_NewRef(r.rows);
+done:
+    Py_XDECREF(r.rows);
+    Py_XDECREF(r.held);
+    PyBuffer_Release(&buf);
+    return result;
+}

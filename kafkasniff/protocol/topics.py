@@ -1,0 +1,36 @@
+"""Topics named by id: the names a capture gives them, learned as it goes by."""
+
+from __future__ import annotations
+
+
+class TopicNames:
+    """Topic names a message mentions, with the records it carries for each.
+
+    Newer versions of Fetch, Produce and others name topics by id only; ids are
+    resolved with the (id, name) pairs that Metadata, CreateTopics and similar
+    responses carry, learned as the capture goes by. Unresolved ids are listed
+    as the id's text. Memory grows with the number of distinct topics only.
+
+    Finding the mentions needs only the message; resolving them needs every
+    earlier message of the capture. The two halves are apart so that parallel
+    decoding can find mentions in its workers and resolve them in capture order.
+    """
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, str] = {}
+
+    def resolve(self, mentions: list[list]) -> dict[str, list]:
+        """Mentions (Message.mentions) as {topic: [records, partitions]}; learns the (id, name) pairs among them."""
+        found: dict[str, list] = {}
+        for name, topic_id, records, partitions in mentions:
+            if name is not None and topic_id is not None:
+                self.by_id[topic_id] = name
+            elif topic_id is not None:
+                name = self.by_id.get(topic_id, topic_id)
+            entry = found.get(name)
+            if entry is None:
+                found[name] = [records, list(partitions)]
+            else:
+                entry[0] += records
+                entry[1] += partitions
+        return found
