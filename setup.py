@@ -1,8 +1,10 @@
-"""The C part of kafkasniff, and its bytecode; everything else is declared in pyproject.toml."""
+"""The compiled part of kafkasniff (C and Cython modules), and its bytecode; everything else is declared in
+pyproject.toml."""
 
 import compileall
 from pathlib import Path
 
+from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -26,5 +28,7 @@ setup(
         Extension("kafkasniff.capture._headers", ["kafkasniff/capture/_headers.c"]),
         Extension("kafkasniff.protocol._walk", sorted(str(p) for p in Path("kafkasniff/protocol/_walk").glob("*.c")),
                   depends=["kafkasniff/protocol/_walk/walk.h"]),
+        # The stream layer: every packet and every frame of a capture passes through it.
+        *cythonize(sorted(str(p) for p in Path("kafkasniff").glob("*/*.pyx")), language_level=3, quiet=True),
     ],
 )

@@ -1,9 +1,10 @@
-"""The C modules under AddressSanitizer and UndefinedBehaviorSanitizer.
+"""The compiled modules (C, and the C that Cython writes) under AddressSanitizer and UndefinedBehaviorSanitizer.
 
-The package is copied to a temporary folder, its C modules are built there with -fsanitize=address,undefined
-(any report is fatal), and the tests that drive the C code hardest run against that build in a process of
-their own: every real frame whole, cut and mutated, random bytes at every API version, hostile and damaged
-records, captures of every link type, and the golden output of every view.
+The package is copied to a temporary folder, its compiled modules are built there with
+-fsanitize=address,undefined (any report is fatal), and the tests that drive the compiled code hardest run
+against that build in a process of their own: every real frame whole, cut and mutated, random bytes at every
+API version, hostile and damaged records, captures of every link type, TCP cut, reordered and rewritten, captures
+started at every packet, and the golden output of every view.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SANITIZED_TESTS = ["tests/test_walker.py", "tests/test_records.py", "tests/test_robustness.py",
                    "tests/test_capture_files.py", "tests/test_golden.py", "tests/test_compression.py",
-                   "tests/test_decode_hard_cases.py", "tests/test_hostile_memory.py::test_hostile_records_stay_in_bounded_memory[zstd zeros-tree]"]
+                   "tests/test_decode_hard_cases.py", "tests/test_tcp_reassembly.py", "tests/test_mid_start.py",
+                   "tests/test_recorded_cases.py", "tests/test_hostile_memory.py::test_hostile_records_stay_in_bounded_memory[zstd zeros-tree]"]
 FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 
 
@@ -29,7 +31,7 @@ def _runtime(name: str) -> str | None:
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None or _runtime("libasan.so") is None, reason="needs gcc with libasan")
-def test_c_modules_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+def test_compiled_modules_under_address_and_undefined_behaviour_sanitizers(tmp_path):
     copy = tmp_path / "repository"
     for part in ("kafkasniff", "tests", "captures", "setup.py", "pyproject.toml"):
         source = REPO / part

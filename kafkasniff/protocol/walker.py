@@ -2,7 +2,8 @@
 
 The walk runs a program (program.py) over bytes with one builder per view:
 
-- `summarize`: ids, error codes, topics and record counts, no objects per field (pairing, filters, one line);
+- `summarize` (called by messages.pyx): ids, error codes, topics and record counts, no objects per field
+  (pairing, filters, one line);
 - `field_tree`: the Field tree (-V, --hex, explain);
 - `json_body`: the body as JSON text (--json), records included, in the same pass.
 
@@ -71,23 +72,6 @@ _walk.set_hooks({
     "embedded_size": embedded_size, "crc32c": lambda data: crc32c(data), "crc32": zlib.crc32,
     "float_json": float_json,
 })
-
-
-class Summary:
-    """What `summarize` found in a header and body."""
-
-    __slots__ = ("stops", "malformed", "correlation_id", "client_id", "acks", "throttle_time_ms", "errors",
-                 "mentions", "batches", "records", "suspicion")
-
-    def __init__(self, found: tuple):
-        (stop, failure, self.correlation_id, self.client_id, self.acks, self.throttle_time_ms, self.errors,
-         self.mentions, self.batches, self.records, self.suspicion) = found
-        self.stops = stop
-        self.malformed = Malformed(*failure) if failure is not None else None
-
-
-def summarize(programs: tuple, buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED) -> Summary:
-    return Summary(_walk.summarize(programs, buf, pos, end, limit))
 
 
 def field_tree(program: _walk.Program, buf, pos: int, end: int, ctx=None, limit: int = DEFAULT_MAX_DECOMPRESSED,

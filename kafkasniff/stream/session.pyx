@@ -17,7 +17,7 @@ the broker. A captured TCP handshake decides which side is the client; a port
 hint only orders the guesses where the bytes fit either way.
 """
 
-from __future__ import annotations
+# cython: language_level=3, boundscheck=False, wraparound=False
 
 import struct
 from kafkasniff.protocol import quirks, sasl
@@ -26,7 +26,8 @@ from kafkasniff.protocol.fields import Malformed
 from kafkasniff.protocol.identify import infer_response
 from kafkasniff.protocol.messages import Message, decode_request, decode_response_for_request, with_fields
 from kafkasniff.protocol.schema import apis, message_variant
-from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Framer, Skipped
+from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
+from kafkasniff.stream.framing cimport Framer
 from kafkasniff.stream.tcp import Endpoint
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
@@ -45,10 +46,11 @@ def endpoint_text(endpoint: Endpoint) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-class KafkaConnection:
+cdef class KafkaConnection:
     """A connection as Kafka sees it: which side is the client, which the broker."""
 
-    __slots__ = ("stream", "client", "server", "tls")
+    cdef public object stream, client, server
+    cdef public bint tls
 
     def __init__(self, stream: int, client: Endpoint, server: Endpoint):
         self.stream = stream
@@ -57,21 +59,25 @@ class KafkaConnection:
         self.tls = False
 
 
-class MessageEvent:
-    __slots__ = ("conn", "direction", "ts", "first_ts", "stream_offset", "payload", "message", "request",
-                 "latency_ms", "inferred", "expects_response")
+cdef class MessageEvent:
+    cdef public KafkaConnection conn
+    cdef public str direction
+    cdef public object ts, first_ts  # capture times of the frame's last and first bytes
+    cdef public object stream_offset
+    cdef public bytes payload  # the frame after its size prefix: the buffer message offsets point into
+    cdef public object message
+    cdef public MessageEvent request  # a response's, when captured
+    cdef public object latency_ms  # a response's, when its request was captured
+    cdef public bint inferred, expects_response
 
-    def __init__(self, conn: KafkaConnection, direction: str, frame: Frame, message: Message):
+    def __init__(self, KafkaConnection conn, str direction, frame: Frame, message: Message):
         self.conn = conn
         self.direction = direction
         self.ts = frame.ts
         self.first_ts = frame.first_ts
         self.stream_offset = frame.stream_offset
-        self.payload = frame.payload  # the frame after its size prefix: the buffer message offsets point into
+        self.payload = frame.payload
         self.message = message
-        self.request: MessageEvent | None = None
-        self.latency_ms: float | None = None
-        self.inferred = False
         self.expects_response = True
 
     @property
@@ -83,10 +89,15 @@ class MessageEvent:
         return self.conn.server if self.direction == CLIENT_TO_SERVER else self.conn.client
 
 
-class SaslTokenEvent:
-    __slots__ = ("conn", "direction", "ts", "stream_offset", "token", "mechanism", "fields")
+cdef class SaslTokenEvent:
+    cdef public KafkaConnection conn
+    cdef public str direction
+    cdef public object ts, stream_offset
+    cdef public bytes token
+    cdef public str mechanism
+    cdef public list fields
 
-    def __init__(self, conn: KafkaConnection, direction: str, frame: Frame, mechanism: str | None):
+    def __init__(self, KafkaConnection conn, str direction, frame: Frame, mechanism: str | None):
         self.conn = conn
         self.direction = direction
         self.ts = frame.ts
@@ -96,10 +107,12 @@ class SaslTokenEvent:
         self.fields = sasl.parse_token(mechanism, frame.payload, direction == CLIENT_TO_SERVER)
 
 
-class NoticeEvent:
-    __slots__ = ("conn", "direction", "ts", "kind", "text", "stream_offset", "size")
+cdef class NoticeEvent:
+    cdef public KafkaConnection conn
+    cdef public str direction, kind, text
+    cdef public object ts, stream_offset, size
 
-    def __init__(self, conn: KafkaConnection | None, direction: str | None, ts: float, kind: str, text: str,
+    def __init__(self, KafkaConnection conn, str direction, ts: float, str kind, str text,
                  stream_offset: int = 0, size: int = 0):
         self.conn = conn
         self.direction = direction
@@ -178,7 +191,7 @@ class ResponseFrames:
     header_bytes = 4  # correlation id
     correlation_at = 0
 
-    def __init__(self, session: Session):
+    def __init__(self, session):
         self.session = session
         self.inference_budget = INFERENCE_BUDGET
 
@@ -209,17 +222,41 @@ class ResponseFrames:
         return decode_response_for_request(payload, m.api_key, m.api_version, skim=True).malformed is None
 
 
-class Session:
+cdef int NO_SIDE = -1
+
+
+cdef class Session:
     """Decode one connection. Sides are 0 and 1 (the caller's numbering)."""
 
-    __slots__ = ("stream", "endpoints", "from_start", "handshake_client", "port_hint_client",
-                 "max_frame", "conn", "client_side", "framers", "held", "held_bytes", "probes",
-                 "probed_request", "pending", "unanswered", "orphans", "sasl_raw", "sasl_mechanism", "ignored",
-                 "ignored_bytes", "known_fits", "events")
+    cdef object stream
+    cdef tuple endpoints, from_start
+    cdef object handshake_client, port_hint_client  # a side, or None
+    cdef long long max_frame
+    cdef KafkaConnection conn
+    cdef int client_side  # NO_SIDE until known
+    cdef list framers
+    # Before the roles are known: each side's bytes (data, ts, gap size), and a probe looking for
+    # requests on each side that may be the client.
+    cdef list held, held_bytes, probes
+    # (stream offset, message) of the request that told the client: decoded already, not decoded again.
+    cdef tuple probed_request
+    cdef public dict pending
+    # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
+    cdef public dict unanswered
+    # Responses whose request has not been seen (yet): a request stuck behind a hole in the
+    # client's stream is delivered after its response. Kafka clients number requests in
+    # increasing order, so a later request proves an older orphan's request is not coming.
+    cdef dict orphans
+    cdef bint sasl_raw
+    cdef str sasl_mechanism
+    cdef str ignored  # why everything is dropped: "tls" or "not-kafka"; None while decoding
+    cdef list ignored_bytes  # bytes of each side dropped so, reported when the connection ends
+    cdef public tuple known_fits  # (payload, fits) of the frame ResponseFrames just inferred
+    cdef list events
 
-    def __init__(self, stream: int, endpoints: tuple[Endpoint, Endpoint], *, client_side: int | None = None,
+    def __init__(self, stream: int, tuple endpoints, *, client_side: int | None = None,
                  handshake_client: int | None = None, port_hint_client: int | None = None,
-                 from_start: tuple[bool, bool] = (False, False), max_frame: int = DEFAULT_MAX_FRAME):
+                 tuple from_start=(False, False), long long max_frame=DEFAULT_MAX_FRAME):
         """client_side: the roles are known, decode at once; handshake_client: the side that sent the
         captured SYN; port_hint_client: the side a broker port hint makes the client."""
         self.stream = stream
@@ -228,41 +265,36 @@ class Session:
         self.handshake_client = handshake_client
         self.port_hint_client = port_hint_client
         self.max_frame = max_frame
-        self.conn: KafkaConnection | None = None
-        self.client_side: int | None = None
-        self.framers: list[Framer | None] = [None, None]
-        # Before the roles are known: each side's bytes (data, ts, gap size), and a probe looking for
-        # requests on each side that may be the client.
-        self.held: list[list[tuple[bytes | None, float, int]]] = [[], []]
+        self.conn = None
+        self.client_side = NO_SIDE
+        self.framers = [None, None]
+        self.held = [[], []]
         self.held_bytes = [0, 0]
-        self.probes: list[Framer | None] = [
+        self.probes = [
             Framer(RequestFrames, max_frame, from_start[s], requests=True)
             if handshake_client is None or handshake_client == s else None for s in (0, 1)]
-        # (stream offset, message) of the request that told the client: decoded already, not decoded again.
-        self.probed_request: tuple[int, Message] | None = None
-        self.pending: dict[int, MessageEvent] = {}
-        # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
-        self.unanswered: dict[int, MessageEvent] = {}
-        # Responses whose request has not been seen (yet): a request stuck behind a hole in the
-        # client's stream is delivered after its response. Kafka clients number requests in
-        # increasing order, so a later request proves an older orphan's request is not coming.
-        self.orphans: dict[int, Frame] = {}
+        self.probed_request = None
+        self.pending = {}
+        self.unanswered = {}
+        self.orphans = {}
         self.sasl_raw = False
-        self.sasl_mechanism: str | None = None
-        self.ignored: str | None = None  # why everything is dropped: "tls" or "not-kafka"
-        self.ignored_bytes = [0, 0]      # bytes of each side dropped so, reported when the connection ends
-        self.known_fits: tuple[bytes, list[Message]] | None = None
-        self.events: list = []
+        self.sasl_mechanism = None
+        self.ignored = None
+        self.ignored_bytes = [0, 0]
+        self.known_fits = None
+        self.events = []
         if client_side is not None:
             self._set_roles(client_side)
 
     # -- input ------------------------------------------------------------------------------
 
-    def data(self, side: int, data: bytes, ts: float) -> list:
-        if self.ignored:
+    cpdef list data(self, int side, bytes data, double ts):
+        cdef Framer framer
+        if self.ignored is not None:
             self.ignored_bytes[side] += len(data)
-        elif self.client_side is not None:
-            self._frames(side, self.framers[side].feed(data, ts))
+        elif self.client_side != NO_SIDE:
+            framer = self.framers[side]
+            self._frames(side, framer.feed(data, ts))
         else:
             first = not self.held_bytes[side]
             self.held[side].append((data, ts, 0))
@@ -274,55 +306,62 @@ class Session:
             probe = self.probes[side]
             if probe is not None:
                 self._identify(side, probe.feed(data, ts))
-            if self.client_side is None:
+            if self.client_side == NO_SIDE:
                 self._identify_within_limits(ts)
         return self._take()
 
-    def gap(self, side: int, size: int, ts: float) -> list:
-        if self.ignored:
+    cpdef list gap(self, int side, long long size, double ts):
+        cdef Framer framer
+        if self.ignored is not None:
             return []
-        if self.client_side is None:
+        if self.client_side == NO_SIDE:
             self.held[side].append((None, ts, size))
             probe = self.probes[side]
             if probe is not None:
                 self._identify(side, probe.gap(size, ts))
         else:
-            self._frames(side, self.framers[side].gap(size, ts))
+            framer = self.framers[side]
+            self._frames(side, framer.gap(size, ts))
         return self._take()
 
-    def end(self, ts: float) -> list:
+    cpdef list end(self, double ts):
         """The connection is over (or the capture ended): flush what is left."""
-        if not self.ignored and self.client_side is None:
+        cdef Framer framer
+        cdef int side
+        if self.ignored is None and self.client_side == NO_SIDE:
             # Last chances: a request proven by the end of its stream, then responses.
-            for side, probe in enumerate(self.probes):
-                if probe is not None and self.client_side is None:
+            for side in range(2):
+                probe = self.probes[side]
+                if probe is not None and self.client_side == NO_SIDE:
                     self._identify(side, probe.close())
-            if self.client_side is None and not self._identify_by_responses():
+            if self.client_side == NO_SIDE and not self._identify_by_responses():
                 self._ignore(ts, "not-kafka")
-        if self.ignored:
+        if self.ignored is not None:
             self._report_ignored(ts)
         else:
-            for side in (0, 1):
-                self._frames(side, self.framers[side].close())
+            for side in range(2):
+                framer = self.framers[side]
+                self._frames(side, framer.close())
             self._release_orphans(None)
         return self._take()
 
-    def _take(self) -> list:
-        out, self.events = self.events, []
+    cdef list _take(self):
+        out = self.events
+        self.events = []
         return out
 
     # -- roles -------------------------------------------------------------------------------
 
-    def _set_roles(self, client_side: int) -> None:
+    cdef void _set_roles(self, int client_side):
         self.client_side = client_side
-        server_side = 1 - client_side
+        cdef int server_side = 1 - client_side
         self.conn = KafkaConnection(self.stream, self.endpoints[client_side], self.endpoints[server_side])
         self.framers[client_side] = Framer(RequestFrames, self.max_frame, self.from_start[client_side],
                                            requests=True)
         self.framers[server_side] = Framer(ResponseFrames(self), self.max_frame, self.from_start[server_side])
         self.probes = [None, None]
 
-    def _identify(self, side: int, probed: list) -> None:
+    cdef void _identify(self, int side, list probed):
         """The client is the side whose first frame is a Kafka request (trailing bytes allowed)."""
         for item in probed:
             if not isinstance(item, Frame):
@@ -337,7 +376,7 @@ class Session:
                 self.probes[side] = None  # this side's first frame is not a request: not the client
                 return
 
-    def _identify_within_limits(self, ts: float) -> None:
+    cdef void _identify_within_limits(self, double ts):
         """When requests can no longer tell (no side may be the client any more, or too many bytes
         without one), responses decide, or the connection is not Kafka."""
         held = self.held_bytes
@@ -346,8 +385,9 @@ class Session:
         if not self._identify_by_responses():
             self._ignore(ts, "not-kafka")
 
-    def _identify_by_responses(self) -> bool:
+    cdef bint _identify_by_responses(self) except -1:
         """The broker is a side whose bytes frame as responses (requests not captured). True if found."""
+        cdef Framer framer
         if self.handshake_client is not None:
             order = (1 - self.handshake_client,)
         elif self.port_hint_client is not None:
@@ -371,7 +411,8 @@ class Session:
                 return True
         return False
 
-    def _replay(self, client_side: int) -> None:
+    cdef void _replay(self, int client_side):
+        cdef Framer framer
         held, self.held = self.held, [[], []]
         # The client's bytes first: responses are matched against its requests.
         for side in (client_side, 1 - client_side):
@@ -379,7 +420,7 @@ class Session:
             for data, ts, gap in held[side]:
                 self._frames(side, framer.feed(data, ts) if data is not None else framer.gap(gap, ts))
 
-    def _ignore(self, ts: float, why: str) -> None:
+    cdef void _ignore(self, double ts, str why):
         """Not decoded from here on: the bytes held are counted, and reported when the connection ends."""
         self.ignored = why
         self.ignored_bytes = [sum(len(data) for data, _, _ in held if data is not None) for held in self.held]
@@ -388,19 +429,19 @@ class Session:
         self.conn = self._unidentified_connection()
         self.conn.tls = why == "tls"
 
-    def _likely_client_side(self) -> int:
+    cdef int _likely_client_side(self):
         """Before the bytes tell: the handshake's client, the port hint's, or the caller's first side."""
         return self.handshake_client if self.handshake_client is not None else self.port_hint_client or 0
 
-    def _unidentified_connection(self) -> KafkaConnection:
-        client = self._likely_client_side()
+    cdef KafkaConnection _unidentified_connection(self):
+        cdef int client = self._likely_client_side()
         return KafkaConnection(self.stream, self.endpoints[client], self.endpoints[1 - client])
 
-    def _report_ignored(self, ts: float) -> None:
+    cdef void _report_ignored(self, double ts):
         """Each side's bytes that were not decoded, so that every byte captured shows up."""
         text = ("TLS: encrypted bytes, not decoded" if self.ignored == "tls" else
                 "not Kafka: no Kafka request or response found; not decoded")
-        client = self._likely_client_side()
+        cdef int client = self._likely_client_side()
         for side in (client, 1 - client):
             if self.ignored_bytes[side]:
                 direction = CLIENT_TO_SERVER if side == client else SERVER_TO_CLIENT
@@ -414,41 +455,42 @@ class Session:
 
     # -- frames -> events -----------------------------------------------------------------------
 
-    def _frames(self, side: int, items: list) -> None:
-        direction = CLIENT_TO_SERVER if side == self.client_side else SERVER_TO_CLIENT
+    cdef void _frames(self, int side, list items):
+        cdef str direction = CLIENT_TO_SERVER if side == self.client_side else SERVER_TO_CLIENT
         for item in items:
-            if isinstance(item, Skipped):
+            if type(item) is Skipped:
                 self.events.append(NoticeEvent(self.conn, direction, item.ts,
                                                "skipped" if item.captured else "missing", item.reason,
                                                item.stream_offset, item.size))
-            elif direction == CLIENT_TO_SERVER:
+            elif direction is CLIENT_TO_SERVER:
                 self._request(item)
             else:
-                self._response(item)
+                self._response(item, False)
 
-    def _request(self, frame: Frame) -> None:
+    cdef void _request(self, frame):
+        cdef bytes payload = frame.payload
         if self.sasl_raw:
-            if request_header_plausible(frame.payload, 0, len(frame.payload)) and \
-                    decode_request(frame.payload, skim=True).complete:
+            if request_header_plausible(payload, 0, len(payload)) and \
+                    decode_request(payload, skim=True).complete:
                 self._raw_sasl(False)
             else:
                 self.events.append(SaslTokenEvent(self.conn, CLIENT_TO_SERVER, frame, self.sasl_mechanism))
                 return
-        payload = frame.payload
         probed = self.probed_request
         if probed is not None and probed[0] == frame.stream_offset:
             msg = probed[1]
             self.probed_request = None
         else:
             msg = decode_request(payload, skim=True)
-        event = MessageEvent(self.conn, CLIENT_TO_SERVER, frame, msg)
+        cdef MessageEvent event = MessageEvent(self.conn, CLIENT_TO_SERVER, frame, msg)
+        correlation_id = msg.correlation_id
         if msg.api_key is not None:
             event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.acks)
-            if msg.correlation_id is not None:
+            if correlation_id is not None:
                 if event.expects_response:
-                    self.pending[msg.correlation_id] = event
+                    self.pending[correlation_id] = event
                 else:
-                    self._expect_no_response(msg.correlation_id, event)
+                    self._expect_no_response(correlation_id, event)
             if msg.api_key == quirks.SASL_HANDSHAKE:
                 # The session reads the mechanism itself: later tokens are read by it.
                 mech = with_fields(msg, payload).body.child("Mechanism") if msg.body_offset is not None else None
@@ -456,16 +498,16 @@ class Session:
                 msg.header = msg.body = None
             elif msg.api_key == SASL_AUTHENTICATE:
                 msg.sasl_mechanism = self.sasl_mechanism
-        if self.orphans and msg.correlation_id is not None:
-            self._release_orphans(msg.correlation_id)  # older than this request: theirs is not coming
+        if self.orphans and correlation_id is not None:
+            self._release_orphans(correlation_id)  # older than this request: theirs is not coming
             self.events.append(event)
-            late = self.orphans.pop(msg.correlation_id, None)
+            late = self.orphans.pop(correlation_id, None)
             if late is not None:
-                self._response(late)
+                self._response(late, False)
         else:
             self.events.append(event)
 
-    def _expect_no_response(self, correlation_id: int, event: MessageEvent) -> None:
+    cdef void _expect_no_response(self, correlation_id, MessageEvent event):
         """Remember the latest requests that expect no response, in case the broker answers all the same."""
         self.unanswered[correlation_id] = event
         if len(self.unanswered) > MAX_ORPHANS:
@@ -476,18 +518,20 @@ class Session:
         return frozenset((e.message.api_key, e.message.api_version)
                          for requests in (self.pending, self.unanswered) for e in requests.values())
 
-    def _release_orphans(self, below: int | None) -> None:
+    cdef void _release_orphans(self, below):
         """Decode held responses whose request will not come (all of them when below is None)."""
         for correlation_id in [c for c in self.orphans if below is None or c < below]:
-            self._response(self.orphans.pop(correlation_id), orphan=True)
+            self._response(self.orphans.pop(correlation_id), True)
 
-    def _raw_sasl(self, on: bool) -> None:
+    cdef void _raw_sasl(self, bint on):
+        cdef Framer framer
         self.sasl_raw = on
         for framer in self.framers:
             framer.min_frame = 0 if on else MIN_FRAME
 
-    def _response(self, frame: Frame, orphan: bool = False) -> None:
-        payload = frame.payload
+    cdef void _response(self, frame, bint orphan):
+        cdef bytes payload = frame.payload
+        cdef MessageEvent event, request
         if self.sasl_raw:
             self.events.append(SaslTokenEvent(self.conn, SERVER_TO_CLIENT, frame, self.sasl_mechanism))
             return

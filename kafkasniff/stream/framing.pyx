@@ -17,7 +17,7 @@ direction carries) and the scan goes on from the byte after each of them, so a
 wrong size never swallows the frames behind it.
 """
 
-from __future__ import annotations
+# cython: language_level=3, boundscheck=False, wraparound=False
 
 import re
 import struct
@@ -25,6 +25,8 @@ from bisect import bisect_left, bisect_right, insort
 from functools import cache
 from operator import itemgetter
 from typing import NamedTuple, Protocol
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024
 MIN_FRAME = 4  # a response header alone is 4 bytes
@@ -60,51 +62,38 @@ class Skipped(NamedTuple):
     captured: bool = True  # False: the bytes were never captured (a gap)
 
 
-# Built by tuple.__new__ (C) on the per-frame paths: a named tuple's own __new__ is a Python call.
-_new_tuple = tuple.__new__
 _SIZE = struct.Struct(">i").unpack_from
 _POSITION = itemgetter(1)
 _LAST = 1 << 63  # sorts after any stream offset
 
 
-def _size_at(buf: bytearray, pos: int) -> int:
-    return int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+cdef inline long long _size_at(const unsigned char* p):
+    """The signed big-endian 32-bit size at p."""
+    return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
-class Framer:
+cdef class Framer:
     """Frames for one direction of one connection."""
 
-    # Four framers a connection (two probing before the client is known): slots make them cheap to set up.
-    __slots__ = ("plausibility", "candidates", "max_frame", "synced", "min_frame", "buf", "buf_offset",
-                 "first_ts", "last_ts", "skip_start", "skip_reason", "out", "scan_from", "waiting", "waiting_from",
-                 "arrivals")
-
-    def __init__(self, plausibility: Plausibility, max_frame: int = DEFAULT_MAX_FRAME, synced: bool = True,
-                 requests: bool = False):
+    def __init__(self, plausibility, long long max_frame=DEFAULT_MAX_FRAME, bint synced=True,
+                 bint requests=False):
         self.plausibility = plausibility
         self.candidates = size_prefix_pattern(max_frame, requests)
         self.max_frame = max_frame
         self.synced = synced
-        # Raw SASL tokens may be empty (a broker answers a PLAIN token with a bare zero size):
-        # the session lowers this to 0 while they flow.
         self.min_frame = MIN_FRAME
         self.buf = bytearray()
-        self.buf_offset = 0                  # stream offset of buf[0]
-        self.first_ts: float | None = None
-        self.last_ts = 0.0
-        # Where the current unsynced run began, and why we are out of sync.
-        self.skip_start: int | None = None if synced else 0
+        self.buf_offset = 0
+        self.first_ts = self.last_ts = 0.0
+        self.skip_start = -1 if synced else 0
         self.skip_reason = "" if synced else "capture started mid-connection; resynchronised"
-        self.out: list = []
-        # Out of sync only: the stream offset up to which candidates have been looked at; candidates
-        # that wait for more bytes, as (stream offset where they can be decided, stream offset); and
-        # (stream offset after the bytes, time) of each piece fed, to date the frames found in them.
+        self.out = []
         self.scan_from = 0
-        self.waiting: list[tuple[int, int]] = []  # sorted
-        self.waiting_from = 0  # the stream offset of the first waiting candidate, when there is one
-        self.arrivals: list[tuple[int, float]] = []
+        self.waiting = []
+        self.waiting_from = 0
+        self.arrivals = []
 
-    def feed(self, data: bytes, ts: float) -> list:
+    cpdef list feed(self, bytes data, double ts):
         self.last_ts = ts
         if not self.buf:
             self.first_ts = ts
@@ -117,22 +106,25 @@ class Framer:
             self._cut(ts, False)
         return self._take()
 
-    def _cut_whole(self, data: bytes, ts: float) -> bytes:
+    cdef bytes _cut_whole(self, bytes data, double ts):
         """Frames that lie whole in data, cut without buffering (most segments hold whole frames);
         returns the rest, for the buffer."""
-        n = len(data)
-        pos = 0
-        out, base, min_frame, max_frame = self.out, self.buf_offset, self.min_frame, self.max_frame
+        cdef Py_ssize_t n = len(data), pos = 0
+        cdef long long size
+        cdef const unsigned char* p = data
+        cdef list out = self.out
+        cdef long long base = self.buf_offset
         while n - pos >= 4:
-            size = _SIZE(data, pos)[0]
-            if size < min_frame or size > max_frame or n - pos - 4 < size:
+            size = _size_at(p + pos)
+            if size < self.min_frame or size > self.max_frame or n - pos - 4 < size:
                 break
-            out.append(_new_tuple(Frame, (data[pos + 4:pos + 4 + size], base + pos, ts, ts)))
+            out.append(tuple.__new__(Frame, (PyBytes_FromStringAndSize(<const char*>p + pos + 4, size),
+                                             base + pos, ts, ts)))
             pos += 4 + size
         self.buf_offset += pos
         return data[pos:] if pos else data
 
-    def gap(self, size: int, ts: float, reason: str = "bytes missing from the capture") -> list:
+    cpdef list gap(self, long long size, double ts, str reason="bytes missing from the capture"):
         """Bytes of the stream that were never captured: whatever frame was open is lost."""
         self.last_ts = ts
         self._lose(len(self.buf), "partial frame lost in a gap" if self.synced else self.skip_reason)
@@ -141,22 +133,23 @@ class Framer:
         self._unsync("resynchronised after a gap")
         return self._take()
 
-    def close(self) -> list:
+    cpdef list close(self):
         """The direction ended: frames proven by the end, then bytes that never completed a frame."""
         if not self.synced:
             self._cut(self.last_ts, True)
         if self.synced and len(self.buf) >= 4:
-            reason = f"stream ended inside a frame ({len(self.buf) - 4} of {_size_at(self.buf, 0)} bytes)"
+            reason = f"stream ended inside a frame ({len(self.buf) - 4} of {_size_at(self.buf)} bytes)"
         else:
             reason = self.skip_reason or "stream ended before a frame boundary"
         self._lose(len(self.buf), reason)
         return self._take()
 
-    def _take(self) -> list:
-        out, self.out = self.out, []
+    cdef list _take(self):
+        out = self.out
+        self.out = []
         return out
 
-    def _unsync(self, reason: str) -> None:
+    cdef void _unsync(self, str reason):
         """Out of sync from the start of the buffer on."""
         self.synced = False
         self.skip_start = self.scan_from = self.buf_offset
@@ -164,33 +157,40 @@ class Framer:
         self.waiting.clear()
         self.arrivals = [(self.buf_offset + len(self.buf), self.last_ts)] if self.buf else []
 
-    def _lose(self, n: int, reason: str) -> None:
+    cdef void _lose(self, Py_ssize_t n, str reason):
         """Drop the first n buffered bytes (and any unsynced run before them) as skipped."""
-        start = self.skip_start if self.skip_start is not None else self.buf_offset
-        end = self.buf_offset + n
+        cdef long long start = self.skip_start if self.skip_start >= 0 else self.buf_offset
+        cdef long long end = self.buf_offset + n
         if end > start:
             self.out.append(Skipped(start, end - start, reason, self.last_ts))
         del self.buf[:n]
         self.buf_offset = end
-        self.skip_start = None if self.synced else end
+        self.skip_start = -1 if self.synced else end
         self.scan_from = max(self.scan_from, end)
         self.waiting.clear()
         self.arrivals.clear()
 
-    def _cut(self, ts: float, final: bool) -> None:
+    cdef void _cut(self, double ts, bint final):
         """Cut the buffered frames; out of sync, first find where they start."""
+        cdef Py_ssize_t n, pos, end
+        cdef long long size, base, implausible
+        cdef bint is_implausible
+        cdef const unsigned char* p
+        cdef double frame_ts, first_ts
         while True:
             if not self.synced and not self._resync(final):
                 return
             buf = self.buf
             n = len(buf)
+            p = buf
             pos = 0
             arrivals = self.arrivals  # frames found by resynchronising are dated by the bytes they came in
-            implausible = None
+            is_implausible = False
             while n - pos >= 4:
-                size = _size_at(buf, pos)
+                size = _size_at(p + pos)
                 if size < self.min_frame or size > self.max_frame:
                     implausible = size
+                    is_implausible = True
                     break
                 end = pos + 4 + size
                 if n < end:
@@ -198,7 +198,8 @@ class Framer:
                 base = self.buf_offset
                 frame_ts = self._arrival_ts(base + end) if arrivals else ts
                 first_ts = self._arrival_ts(base + pos + 1) if arrivals else self.first_ts if pos == 0 else ts
-                self.out.append(Frame(bytes(buf[pos + 4:end]), base + pos, frame_ts, first_ts))
+                self.out.append(Frame(PyBytes_FromStringAndSize(<const char*>p + pos + 4, size), base + pos,
+                                      frame_ts, first_ts))
                 pos = end
             if pos:
                 del buf[:pos]
@@ -206,22 +207,22 @@ class Framer:
                 self.first_ts = ts
             if arrivals:
                 del arrivals[:bisect_left(arrivals, (self.buf_offset + 1,))]
-            if implausible is None:
+            if not is_implausible:
                 return
             self._unsync(f"implausible frame size {implausible}; resynchronised")
 
-    def _arrival_ts(self, stream_end: int) -> float:
+    cdef double _arrival_ts(self, long long stream_end):
         """Time of the piece that carried the byte just before stream offset stream_end."""
         arrivals = self.arrivals
         i = bisect_left(arrivals, (stream_end,))
         return arrivals[i][1] if i < len(arrivals) else self.last_ts
 
-    def _resync(self, final: bool) -> bool:
+    cdef bint _resync(self, bint final) except -1:
         """Find the first proven frame; True once the buffer starts with it (the bytes before are
         reported skipped), False while none is proven (the buffer keeps what may still be needed).
         final: the direction has ended, so nothing more will arrive."""
-        base = self.buf_offset
-        n = len(self.buf)
+        cdef long long base = self.buf_offset, keep_from, drop
+        cdef Py_ssize_t n = len(self.buf)
         found = None
         # Candidates that were waiting and can be decided now, in stream order, then new ones.
         waiting = self.waiting
@@ -248,19 +249,19 @@ class Framer:
                 self.buf_offset += drop
             return False
         start = self.skip_start
-        if start is not None and found > start:
+        if start >= 0 and found > start:
             self.out.append(Skipped(start, found - start, self.skip_reason, self._arrival_ts(found + 1)))
         del self.buf[:found - base]
         self.buf_offset = found
-        self.skip_start = None
+        self.skip_start = -1
         self.synced = True
         waiting.clear()
         return True
 
-    def _scan(self, final: bool) -> int | None:
+    cdef object _scan(self, bint final):
         """The first new candidate proven a frame (its stream offset); those that must wait are kept."""
-        base = self.buf_offset
-        n = len(self.buf)
+        cdef long long base = self.buf_offset
+        cdef Py_ssize_t n = len(self.buf)
         for match in self.candidates.finditer(self.buf, max(self.scan_from - base, 0)):
             at = match.start()
             verdict, decided_at = self._judge(at, final)
@@ -271,7 +272,7 @@ class Framer:
         self.scan_from = max(self.scan_from, base + (n if final else n - CANDIDATE_BYTES + 1))
         return None
 
-    def _wait(self, decided_at: int, at: int) -> None:
+    cdef void _wait(self, long long decided_at, long long at):
         """Keep a candidate to decide when the stream reaches decided_at. Only the MAX_WAITING decided
         soonest are kept: real frames are mostly small, and bytes inside a frame claim sizes of megabytes."""
         waiting = self.waiting
@@ -283,11 +284,16 @@ class Framer:
         if at < self.waiting_from or len(waiting) == 1:
             self.waiting_from = at
 
-    def _judge(self, at: int, final: bool) -> tuple[bool | None, int]:
+    cdef tuple _judge(self, Py_ssize_t at, bint final):
         """(verdict, stream offset by which it can be decided) on a frame at buf[at]; verdict None: wait."""
         buf = self.buf
-        n = len(buf)
-        size = _SIZE(buf, at)[0]
+        cdef Py_ssize_t n = len(buf)
+        cdef const unsigned char* p = self.buf
+        cdef long long size, next_size
+        cdef Py_ssize_t start, end
+        if at < 0 or n - at < 4:
+            return False, 0
+        size = _size_at(p + at)
         if size < MIN_FRAME or size > self.max_frame:
             return False, 0
         plausibility = self.plausibility
@@ -300,7 +306,7 @@ class Framer:
         if n > end:  # the next frame's size and header must be plausible too
             next_header = None
             if n - end >= 4:
-                next_size = _SIZE(buf, end)[0]
+                next_size = _size_at(p + end)
                 if next_size < self.min_frame or next_size > self.max_frame:
                     return False, 0
                 next_header = plausibility.header(buf, end + 4, n)

@@ -18,7 +18,7 @@ their 4-tuple is remembered for `closed_linger` seconds so late ACKs and retrans
 do not open a phantom connection.
 """
 
-from __future__ import annotations
+# cython: language_level=3, boundscheck=False, wraparound=False
 
 from bisect import bisect_right
 from collections import deque
@@ -35,8 +35,10 @@ END_CAPTURE = "capture end"
 END_PORT_REUSED = "port reused"
 END_IDLE = "idle"
 
-_SEQ_MOD = 1 << 32
-_SEQ_HALF = 1 << 31
+cdef long long SEQ_MOD = 1LL << 32
+cdef long long SEQ_HALF = 1LL << 31
+cdef long long NO_SEQ = -1  # sequence numbers are 0 ... 2**32 - 1
+cdef int F_FIN = FIN, F_SYN = SYN, F_RST = RST, F_ACK = ACK
 
 
 class Endpoint(NamedTuple):
@@ -82,57 +84,79 @@ class StreamEnd(NamedTuple):
 Event = ConnectionOpened | StreamData | Gap | StreamEnd
 
 _piece_start = itemgetter(0)
-# StreamData of in-order segments is built by tuple.__new__ (C): a named tuple's own __new__ is a Python call.
-_new_tuple = tuple.__new__
 
 
-class _HalfStream:
+cdef class _HalfStream:
     """One direction. `pending` holds non-overlapping (start, end, data, ts) pieces sorted
     by start, all beyond `next`; data None stands for bytes known to be missing."""
 
-    __slots__ = ("base", "syn_seq", "next", "pending", "pending_bytes", "hole_since", "fin", "ended")
+    cdef long long base  # sequence number of stream offset 0, NO_SEQ until known
+    cdef long long syn_seq  # sequence number of the SYN, NO_SEQ when none was seen
+    cdef long long next  # offset of the next byte to deliver
+    cdef list pending
+    cdef long long pending_bytes
+    cdef double hole_since
+    cdef bint has_fin
+    cdef long long fin  # offset the FIN occupies, when has_fin
+    cdef bint ended
 
-    def __init__(self) -> None:
-        self.base: int | None = None  # sequence number of stream offset 0
-        self.syn_seq: int | None = None
-        self.next = 0  # offset of the next byte to deliver
-        self.pending: list[tuple[int, int, bytes | None, float]] = []
-        self.pending_bytes = 0
-        self.hole_since = 0.0
-        self.fin: int | None = None  # offset the FIN occupies
-        self.ended = False
+    def __cinit__(self):
+        self.base = self.syn_seq = NO_SEQ
+        self.pending = []
 
 
-class _ConnectionState:
-    __slots__ = ("conn", "halves", "keys", "last_seen")
+cdef class _ConnectionState:
+    cdef object conn
+    cdef _HalfStream a_to_b, b_to_a
+    cdef tuple keys  # table keys of A_TO_B and B_TO_A segments
+    cdef double last_seen
 
-    def __init__(self, conn: TcpConnection, keys: tuple[tuple, tuple]) -> None:
+    def __cinit__(self, conn, tuple keys):
         self.conn = conn
-        self.halves = (_HalfStream(), _HalfStream())
-        self.keys = keys  # table keys of A_TO_B and B_TO_A segments
-        self.last_seen = 0.0
+        self.a_to_b = _HalfStream()
+        self.b_to_a = _HalfStream()
+        self.keys = keys
+
+    cdef inline _HalfStream half(self, int direction):
+        return self.a_to_b if direction == 0 else self.b_to_a
+
+    cdef inline bint holds_pending(self):
+        return bool(self.a_to_b.pending) or bool(self.b_to_a.pending)
 
 
-class TcpReassembler:
+cdef class TcpReassembler:
     """Feed segments in capture order with `feed`; call `flush` when the capture ends."""
+
+    cdef readonly long long max_buffered_bytes  # per direction, out-of-order bytes held
+    cdef readonly double max_wait  # capture seconds a hole may block delivery
+    cdef readonly double closed_linger
+    cdef readonly double idle_timeout
+    cdef public long long late_segments  # segments of already-ended connections, ignored
+    cdef dict _table  # 4-tuple -> (_ConnectionState, direction)
+    cdef dict _closed  # 4-tuple -> capture time it ended
+    cdef object _closed_order  # deque of (capture time, 4-tuple)
+    cdef long long _next_stream
+    cdef double _now
+    cdef dict _waiting  # connections holding out-of-order bytes
+    cdef double _sweep_every, _next_sweep, _next_idle_sweep
 
     def __init__(
         self,
-        max_buffered_bytes: int = 8 << 20,
-        max_wait: float = 10.0,
-        closed_linger: float = 60.0,
-        idle_timeout: float = 900.0,
-    ) -> None:
-        self.max_buffered_bytes = max_buffered_bytes  # per direction, out-of-order bytes held
-        self.max_wait = max_wait  # capture seconds a hole may block delivery
+        long long max_buffered_bytes=8 << 20,
+        double max_wait=10.0,
+        double closed_linger=60.0,
+        double idle_timeout=900.0,
+    ):
+        self.max_buffered_bytes = max_buffered_bytes
+        self.max_wait = max_wait
         self.closed_linger = closed_linger
-        self.late_segments = 0  # segments of already-ended connections, ignored
-        self._table: dict[tuple, tuple[_ConnectionState, int]] = {}
-        self._closed: dict[tuple, float] = {}  # 4-tuple -> capture time it ended
-        self._closed_order: deque[tuple[float, tuple]] = deque()
+        self.late_segments = 0
+        self._table = {}
+        self._closed = {}
+        self._closed_order = deque()
         self._next_stream = 0
         self._now = 0.0
-        self._waiting: dict[_ConnectionState, None] = {}  # connections holding out-of-order bytes
+        self._waiting = {}
         self._sweep_every = min(1.0, max_wait)
         self._next_sweep = 0.0
         # Connections silent this long (capture time) are ended, so a long capture's table holds only
@@ -144,68 +168,75 @@ class TcpReassembler:
     def open_connections(self) -> int:
         return len(self._table) // 2
 
-    def feed(self, seg: TcpSegment) -> list[Event]:
-        events: list[Event] = []
-        ts, src, sport, dst, dport, seq, _, flags, payload, missing = seg
+    def feed(self, seg) -> list:
+        cdef list events = []
+        cdef double ts
+        cdef long long seq, offset, rel, size, missing
+        cdef int flags, direction
+        cdef bint opening
+        cdef _ConnectionState state
+        cdef _HalfStream half
+        cdef bytes payload
+        ts, src, sport, dst, dport, py_seq, _, py_flags, payload, py_missing = seg
+        seq, flags, missing = py_seq, py_flags, py_missing
         self._now = ts
         key = (src, sport, dst, dport)
-        opening = flags & SYN and not flags & ACK
+        opening = flags & F_SYN and not flags & F_ACK
         entry = self._table.get(key)
         if entry is None:
-            if key in self._closed and not opening:
+            if not opening and key in self._closed:
                 self.late_segments += 1
                 return events
             entry = self._open(key, seg, events)
         state, direction = entry
         state.last_seen = ts
-        halves = state.halves
-        half = halves[direction]
+        half = state.half(direction)
 
-        if flags & SYN:
-            seq = (seq + 1) % _SEQ_MOD
-            if half.base is None:
-                half.base, half.syn_seq = seq, seg.seq
-            elif opening and half.syn_seq != seg.seq:
+        if flags & F_SYN:
+            seq = (seq + 1) % SEQ_MOD
+            if half.base == NO_SEQ:
+                half.base, half.syn_seq = seq, py_seq
+            elif opening and half.syn_seq != py_seq:
                 self._finish(state, END_PORT_REUSED, events)
                 state, direction = self._open(key, seg, events)
-                halves = state.halves
-                half = halves[direction]
-                half.base, half.syn_seq = seq, seg.seq
+                half = state.half(direction)
+                half.base, half.syn_seq = seq, py_seq
 
-        if flags & RST:  # any payload of a reset is a diagnostic, not stream data
+        if flags & F_RST:  # any payload of a reset is a diagnostic, not stream data
             self._finish(state, END_RST, events)
             return events
         size = len(payload)
-        if size or missing or flags & FIN:
-            if half.base is None:  # a bare ACK would not tell where the stream starts
+        if size or missing or flags & F_FIN:
+            if half.base == NO_SEQ:  # a bare ACK would not tell where the stream starts
                 half.base = seq
-            rel = (seq - half.base - half.next) % _SEQ_MOD
-            offset = half.next + (rel - _SEQ_MOD if rel >= _SEQ_HALF else rel)
-            if flags & FIN and half.fin is None:
+            rel = (seq - half.base - half.next) % SEQ_MOD  # Python's modulo: never negative
+            offset = half.next + (rel - SEQ_MOD if rel >= SEQ_HALF else rel)
+            if flags & F_FIN and not half.has_fin:
+                half.has_fin = True
                 half.fin = offset + size + missing
             if not half.ended:
                 self._accept(state.conn, direction, half, offset, payload, missing, ts, events)
-                if half.fin is not None:
+                if half.has_fin:
                     self._end_direction_at_fin(state, direction, half, events)
-        if halves[0].pending or halves[1].pending:
+        if state.holds_pending():
             self._enforce_bounds(state, events)
-            if halves[0].pending or halves[1].pending:
+            if state.holds_pending():
                 self._waiting[state] = None
         if ts >= self._next_sweep:
             self._sweep(events)
         return events
 
-    def tick(self, now: float) -> list[Event]:
+    def tick(self, double now) -> list:
         """Let capture time pass without traffic (live capture): holes waiting longer than
         `max_wait` are given up."""
-        events: list[Event] = []
+        cdef list events = []
         self._now = max(self._now, now)
         self._sweep(events)
         return events
 
-    def flush(self) -> list[Event]:
+    def flush(self) -> list:
         """End of capture: give up on every hole and end every open connection."""
-        events: list[Event] = []
+        cdef list events = []
         for state, direction in list(self._table.values()):
             if direction == A_TO_B:
                 self._finish(state, END_CAPTURE, events)
@@ -213,12 +244,12 @@ class TcpReassembler:
         self._closed_order.clear()
         return events
 
-    def _open(self, key, seg: TcpSegment, events: list[Event]) -> tuple[_ConnectionState, int]:
+    cdef tuple _open(self, tuple key, seg, list events):
         sender, receiver = Endpoint(seg.src, seg.sport), Endpoint(seg.dst, seg.dport)
-        flags = seg.flags
+        cdef int flags = seg.flags
         client = None
-        if flags & SYN:
-            client = receiver if flags & ACK else sender
+        if flags & F_SYN:
+            client = receiver if flags & F_ACK else sender
         a, b = (receiver, sender) if client == receiver else (sender, receiver)
         conn = TcpConnection(self._next_stream, a, b)
         self._next_stream += 1
@@ -232,10 +263,11 @@ class TcpReassembler:
         events.append(ConnectionOpened(conn, client, seg.ts))
         return state, (A_TO_B if a == sender else B_TO_A)
 
-    def _accept(self, conn, direction, half, offset, payload, missing, ts, events) -> None:
-        nxt = half.next
-        data_end = offset + len(payload)
-        end = data_end + missing
+    cdef void _accept(self, conn, int direction, _HalfStream half, long long offset, bytes payload,
+                      long long missing, double ts, list events):
+        cdef long long nxt = half.next
+        cdef long long data_end = offset + len(payload)
+        cdef long long end = data_end + missing
         if end <= nxt:
             return  # a retransmission of delivered bytes
         if half.pending or offset > nxt:
@@ -248,38 +280,40 @@ class TcpReassembler:
             self._release(conn, direction, half, ts, events)
             return
         if data_end > nxt:
-            data = payload[nxt - offset :] if offset < nxt else payload
-            events.append(_new_tuple(StreamData, (conn, direction, nxt, data, ts)))
+            data = payload[nxt - offset:] if offset < nxt else payload
+            events.append(tuple.__new__(StreamData, (conn, direction, nxt, data, ts)))
             nxt = data_end
         if end > nxt:
             events.append(Gap(conn, direction, nxt, end - nxt, ts))
         half.next = end
 
-    def _insert(self, half, start, end, data, ts) -> None:
+    cdef void _insert(self, _HalfStream half, long long start, long long end, data, double ts):
         """Add [start, end) to the pending pieces, keeping only bytes no piece holds yet."""
-        pending = half.pending
+        cdef list pending = half.pending
+        cdef long long piece_start, piece_end, covered_to
+        cdef Py_ssize_t i
         if start < half.next:
-            data = data[half.next - start :] if data is not None else None
+            data = data[half.next - start:] if data is not None else None
             start = half.next
         i = bisect_right(pending, start, key=_piece_start)
         if i and pending[i - 1][1] > start:
             covered_to = pending[i - 1][1]
             if covered_to >= end:
                 return
-            data = data[covered_to - start :] if data is not None else None
+            data = data[covered_to - start:] if data is not None else None
             start = covered_to
         while start < end:
             if i < len(pending) and pending[i][0] < end:
                 piece_start, piece_end = pending[i][0], pending[i][1]
                 if piece_start > start:
-                    head = data[: piece_start - start] if data is not None else None
+                    head = data[:piece_start - start] if data is not None else None
                     pending.insert(i, (start, piece_start, head, ts))
                     if data is not None:
                         half.pending_bytes += piece_start - start
                     i += 1
                 if piece_end >= end:
                     return
-                data = data[piece_end - start :] if data is not None else None
+                data = data[piece_end - start:] if data is not None else None
                 start = piece_end
                 i += 1
             else:
@@ -288,78 +322,88 @@ class TcpReassembler:
                     half.pending_bytes += end - start
                 return
 
-    def _release(self, conn, direction, half, ts, events) -> None:
+    cdef void _release(self, conn, int direction, _HalfStream half, double ts, list events):
         """Deliver the pending pieces that now continue the stream."""
-        pending = half.pending
-        nxt = half.next
-        released = 0
-        for start, end, data, piece_ts in pending:
+        cdef list pending = half.pending
+        cdef long long nxt = half.next, start, end
+        cdef Py_ssize_t released = 0
+        for piece in pending:
+            start, end = piece[0], piece[1]
             if start > nxt:
                 break
             released += 1
+            data = piece[2]
             if data is None:
                 events.append(Gap(conn, direction, nxt, end - nxt, ts))
             else:
                 half.pending_bytes -= end - start
-                events.append(StreamData(conn, direction, nxt, data[nxt - start :], piece_ts))
+                events.append(StreamData(conn, direction, nxt, data[nxt - start:], piece[3]))
             nxt = end
         if released:
             del pending[:released]
             half.next = nxt
             half.hole_since = ts
 
-    def _skip_hole(self, conn, direction, half, ts, events) -> None:
+    cdef void _skip_hole(self, conn, int direction, _HalfStream half, double ts, list events):
         """Declare the hole before the first pending piece lost and deliver what follows."""
-        hole_end = half.pending[0][0]
+        cdef long long hole_end = half.pending[0][0]
         events.append(Gap(conn, direction, half.next, hole_end - half.next, ts))
         half.next = hole_end
         self._release(conn, direction, half, ts, events)
 
-    def _sweep(self, events) -> None:
+    cdef void _sweep(self, list events):
+        cdef _ConnectionState state
         if self._now >= self._next_idle_sweep:
             self._end_idle(events)
         self._next_sweep = self._now + self._sweep_every
         for state in list(self._waiting):
             self._enforce_bounds(state, events)
-            if not (state.halves[0].pending or state.halves[1].pending):
+            if not state.holds_pending():
                 self._waiting.pop(state, None)
 
-    def _end_idle(self, events) -> None:
-        now = self._now
+    cdef void _end_idle(self, list events):
+        cdef double now = self._now
+        cdef _ConnectionState state
         self._next_idle_sweep = now + self.idle_timeout / 10
         idle = {state for state, _ in self._table.values() if now - state.last_seen > self.idle_timeout}
-        for state in sorted(idle, key=lambda st: st.conn.stream):
+        for state in sorted(idle, key=_stream_number):
             self._finish(state, END_IDLE, events)
 
-    def _enforce_bounds(self, state, events) -> None:
-        now = self._now
-        for direction, half in enumerate(state.halves):
+    cdef void _enforce_bounds(self, _ConnectionState state, list events):
+        cdef double now = self._now
+        cdef _HalfStream half
+        cdef int direction
+        for direction in range(2):
+            half = state.half(direction)
             while half.pending and (
                 half.pending_bytes > self.max_buffered_bytes or now - half.hole_since > self.max_wait
             ):
                 self._skip_hole(state.conn, direction, half, now, events)
             self._end_direction_at_fin(state, direction, half, events)
 
-    def _end_direction_at_fin(self, state, direction, half, events) -> None:
-        if half.fin is not None and not half.ended and half.next >= half.fin and not half.pending:
+    cdef void _end_direction_at_fin(self, _ConnectionState state, int direction, _HalfStream half, list events):
+        if half.has_fin and not half.ended and half.next >= half.fin and not half.pending:
             half.ended = True
             events.append(StreamEnd(state.conn, direction, END_FIN, self._now))
-            if state.halves[1 - direction].ended:
+            if state.half(1 - direction).ended:
                 self._finish(state, END_FIN, events)
 
-    def _finish(self, state, reason, events) -> None:
+    cdef void _finish(self, _ConnectionState state, str reason, list events):
         """End the connection: give up on its holes, report it ended, drop it from the table."""
         if state.keys[0] not in self._table:
             return
         conn, now = state.conn, self._now
-        if reason == END_CAPTURE and state.halves[0].fin is not None and state.halves[1].fin is not None:
+        cdef _HalfStream half
+        cdef int direction
+        if reason == END_CAPTURE and state.a_to_b.has_fin and state.b_to_a.has_fin:
             reason = END_FIN  # both sides closed; only holes kept it waiting
-        for direction, half in enumerate(state.halves):
+        for direction in range(2):
+            half = state.half(direction)
             if half.ended:
                 continue
             while half.pending:
                 self._skip_hole(conn, direction, half, now, events)
-            if half.fin is not None:
+            if half.has_fin:
                 if half.fin > half.next:
                     events.append(Gap(conn, direction, half.next, half.fin - half.next, now))
                     half.next = half.fin
@@ -373,9 +417,13 @@ class TcpReassembler:
             self._closed_order.append((now, key))
         self._forget_old_closed(now)
 
-    def _forget_old_closed(self, now: float) -> None:
+    cdef void _forget_old_closed(self, double now):
         order, closed = self._closed_order, self._closed
         while order and now - order[0][0] > self.closed_linger:
             ended_at, key = order.popleft()
             if closed.get(key) == ended_at:  # not closed again since
                 del closed[key]
+
+
+def _stream_number(_ConnectionState state):
+    return state.conn.stream

@@ -9,50 +9,49 @@ carries a `Malformed` verdict (and, with fields, the fields read up to the failu
 a complete body as a `trailing` field.
 """
 
-from __future__ import annotations
+# cython: language_level=3, boundscheck=False, wraparound=False
 
-import struct
-from functools import cache
 from typing import Iterator
 
-from kafkasniff.protocol import quirks, walker
+from kafkasniff.protocol import _walk, quirks, walker
 from kafkasniff.protocol.embedded import EMBEDDED_ROLES
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.program import program_for
 from kafkasniff.protocol.schema import api_name, apis, header_variant, is_flexible, message_variant, version_range
 
 REQUEST, RESPONSE = "request", "response"
+cdef long long MAX_DECOMPRESSED = walker.DEFAULT_MAX_DECOMPRESSED
 
 
-class Message:
-    __slots__ = ("kind", "api_key", "api_version", "api_name", "header_version", "correlation_id", "client_id",
-                 "acks", "throttle_time_ms", "errors", "mentions", "batches", "records", "suspicion", "header",
-                 "body", "body_offset", "malformed", "trailing", "offset", "end", "sasl_mechanism")
+cdef class Message:
+    cdef public str kind, api_name
+    cdef public object api_key, api_version, header_version
+    cdef public object correlation_id
+    cdef public str client_id
+    cdef public object acks                   # Produce requests: whether a response will come
+    cdef public object throttle_time_ms       # responses
+    cdef public list errors                   # non-zero error codes, in wire order
+    # [topic name or None, topic id or None, data records, [partitions]] per struct naming a topic
+    cdef public list mentions
+    cdef public long long batches             # record batches (or legacy messages) in the body
+    cdef public long long records             # data records in them, by their headers
+    cdef public long long suspicion           # implausible values: unknown error codes, illegal nulls, ...
+    cdef public object header, body           # the Field trees, when asked for
+    cdef public object body_offset            # where the body starts, when the header was read
+    cdef public object malformed
+    cdef public object trailing
+    cdef public Py_ssize_t offset, end
+    cdef public str sasl_mechanism            # SaslAuthenticate: the mechanism its session agreed
 
-    def __init__(self, kind: str, api_key: int | None, api_version: int | None, offset: int, end: int):
+    def __init__(self, str kind, api_key: int | None, api_version: int | None, Py_ssize_t offset, Py_ssize_t end):
         self.kind = kind
         self.api_key = api_key
         self.api_version = api_version
         self.api_name = api_name(api_key) if api_key is not None else None
-        self.header_version: int | None = None
-        self.correlation_id: int | None = None
-        self.client_id: str | None = None
-        self.acks: int | None = None                 # Produce requests: whether a response will come
-        self.throttle_time_ms: int | None = None     # responses
-        self.errors: list[int] = []                  # non-zero error codes, in wire order
-        # [topic name or None, topic id or None, data records, [partitions]] per struct naming a topic
-        self.mentions: list[list] = []
-        self.batches = 0                             # record batches (or legacy messages) in the body
-        self.records = 0                             # data records in them, by their headers
-        self.suspicion = 0                           # implausible values: unknown error codes, illegal nulls, ...
-        self.header: Field | None = None            # the Field trees, when asked for
-        self.body: Field | None = None
-        self.body_offset: int | None = None          # where the body starts, when the header was read
-        self.malformed: Malformed | None = None
-        self.trailing: Field | None = None
+        self.errors = []
+        self.mentions = []
         self.offset = offset
         self.end = end
-        self.sasl_mechanism: str | None = None       # SaslAuthenticate: the mechanism its session agreed
 
     @property
     def size(self) -> int:
@@ -74,12 +73,15 @@ class Message:
                 f"size={self.size}{state}>")
 
 
-class _Layout:
+cdef class _Layout:
     """What (kind, API key, version) alone decides about a message: header version, programs, any problem."""
 
-    __slots__ = ("header_version", "header", "body", "problem", "programs")
+    cdef readonly str api_name
+    cdef readonly object header_version, header, body, problem
+    cdef readonly tuple programs
 
-    def __init__(self, kind: str, key: int, version: int):
+    def __init__(self, str kind, int key, int version):
+        self.api_name = api_name(key)
         body = message_variant(key, kind, version)
         flexible = body is not None and is_flexible(body, version)
         self.header_version = _HEADER_VERSION[kind](key, version, flexible)
@@ -92,7 +94,19 @@ class _Layout:
         self.programs = (self.header,) if self.body is None else (self.header, self.body)
 
 
-_layout = cache(_Layout)
+# Layouts of the versions Kafka defines, made once each; a (key, version) it does not define gets a layout made
+# for the message, so that bytes naming endless made-up versions do not grow the cache.
+cdef dict _layouts = {}
+
+
+cdef _Layout _layout(str kind, int key, int version):
+    cache_key = (kind, key, version)
+    cdef _Layout layout = _layouts.get(cache_key)
+    if layout is None:
+        layout = _Layout(kind, key, version)
+        if layout.problem is None:
+            _layouts[cache_key] = layout
+    return layout
 
 
 def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
@@ -105,62 +119,68 @@ def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
 
 
 _HEADER_VERSION = {REQUEST: quirks.request_header_version, RESPONSE: quirks.response_header_version}
-_KEY_AND_VERSION = struct.Struct(">hh").unpack_from
 
 
-def decode_request(buf, pos: int = 0, end: int | None = None, *, skim: bool = False) -> Message:
-    end = len(buf) if end is None else min(end, len(buf))
-    if end - pos < 4:
-        msg = Message(REQUEST, None, None, pos, end)
-        msg.malformed = Malformed(pos, f"request header needs 4 bytes, {max(end - pos, 0)} present")
+cdef inline int _int16_at(buf, Py_ssize_t at):
+    cdef int value = (<int>buf[at] << 8) | <int>buf[at + 1]
+    return value - 65536 if value >= 32768 else value
+
+
+def decode_request(buf, Py_ssize_t pos=0, end=None, *, bint skim=False) -> Message:
+    cdef Py_ssize_t stop = len(buf) if end is None else min(end, len(buf))
+    cdef Message msg
+    if stop - pos < 4:
+        msg = Message(REQUEST, None, None, pos, stop)
+        msg.malformed = Malformed(pos, f"request header needs 4 bytes, {max(stop - pos, 0)} present")
         return msg
-    api_key, api_version = _KEY_AND_VERSION(buf, pos)
-    return _decode(Message(REQUEST, api_key, api_version, pos, end), buf, skim)
+    return _decode(REQUEST, _int16_at(buf, pos), _int16_at(buf, pos + 2), buf, pos, stop, skim)
 
 
-def decode_response(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None, *,
-                    skim: bool = False) -> Message:
-    end = len(buf) if end is None else min(end, len(buf))
-    return _decode(Message(RESPONSE, api_key, api_version, pos, end), buf, skim)
+def decode_response(buf, int api_key, int api_version, Py_ssize_t pos=0, end=None, *, bint skim=False) -> Message:
+    cdef Py_ssize_t stop = len(buf) if end is None else min(end, len(buf))
+    return _decode(RESPONSE, api_key, api_version, buf, pos, stop, skim)
 
 
-def decode_response_for_request(buf, api_key: int, api_version: int, pos: int = 0, end: int | None = None, *,
-                                skim: bool = False) -> Message:
+def decode_response_for_request(buf, int api_key, int api_version, Py_ssize_t pos=0, end=None, *,
+                                bint skim=False) -> Message:
     """Decode a response at its request's version, honouring Kafka's version fallbacks."""
-    first = None
+    cdef Py_ssize_t stop = len(buf) if end is None else min(end, len(buf))
+    cdef Message msg, first = None
     for version in quirks.response_version_fallbacks(api_key, api_version):
-        msg = decode_response(buf, api_key, version, pos, end, skim=skim)
+        msg = _decode(RESPONSE, api_key, version, buf, pos, stop, skim)
         if msg.complete:
             return msg
         first = first or msg
     return first
 
 
-def _decode(msg: Message, buf, skim: bool) -> Message:
+cdef Message _decode(str kind, int api_key, int api_version, buf, Py_ssize_t pos, Py_ssize_t end, bint skim):
     """Summarize header and body, and unless skimming make their Field trees; the header version follows
     from the body's (key, version)."""
-    layout = _layout(msg.kind, msg.api_key, msg.api_version)
+    cdef _Layout layout = _layout(kind, api_key, api_version)
+    cdef Message msg = Message.__new__(Message)
+    msg.kind = kind
+    msg.api_key = api_key
+    msg.api_version = api_version
+    msg.api_name = layout.api_name
+    msg.offset = pos
+    msg.end = end
     msg.header_version = layout.header_version
-    found = walker.summarize(layout.programs, buf, msg.offset, msg.end)
-    msg.correlation_id = found.correlation_id
-    msg.client_id = found.client_id
-    msg.acks = found.acks
-    msg.throttle_time_ms = found.throttle_time_ms
-    msg.errors = found.errors
-    msg.mentions = found.mentions
-    msg.batches = found.batches
-    msg.records = found.records
-    msg.suspicion = found.suspicion
-    header_end, body_end = found.stops[0], found.stops[-1]
+    # What the header and body hold (summary.c): stop offsets of each program, (offset, reason) where decoding
+    # failed or None, and the values the stream layer and the one-line view need.
+    cdef tuple found = _walk.summarize(layout.programs, buf, pos, end, MAX_DECOMPRESSED)
+    stops, failure, msg.correlation_id, msg.client_id, msg.acks, msg.throttle_time_ms, msg.errors, \
+        msg.mentions, msg.batches, msg.records, msg.suspicion = found
+    header_end, body_end = stops[0], stops[-1]
     if header_end >= 0 and layout.body is not None:
         msg.body_offset = header_end
-    if found.malformed is not None:
-        msg.malformed = found.malformed
+    if failure is not None:
+        msg.malformed = Malformed(*failure)
     elif layout.problem is not None:
-        msg.malformed = Malformed(msg.offset, layout.problem)
-    elif body_end < msg.end:
-        msg.trailing = Field("_trailing", "bytes", body_end, msg.end - body_end, bytes(buf[body_end:msg.end]), None,
-                             f"{msg.end - body_end} bytes after the end of the body")
+        msg.malformed = Malformed(pos, layout.problem)
+    elif body_end < end:
+        msg.trailing = Field("_trailing", "bytes", body_end, end - body_end, bytes(buf[body_end:end]), None,
+                             f"{end - body_end} bytes after the end of the body")
     if not skim:
         with_fields(msg, buf)
     return msg
@@ -172,7 +192,7 @@ def field_trees(msg: Message, buf, ctx=None, record_limit: int = 0) -> tuple[Fie
     `record_limit`: records past it are counted in one RecordsNotShown Field, not made."""
     if msg.api_key is None:
         return None, None
-    layout = _layout(msg.kind, msg.api_key, msg.api_version)
+    cdef _Layout layout = _layout(msg.kind, msg.api_key, msg.api_version)
     header, _ = walker.field_tree(layout.header, buf, msg.offset, msg.end)
     body = None
     if msg.body_offset is not None:

@@ -1,0 +1,40 @@
+"""The framer's C-level interface, for the session to call it without Python calls."""
+
+
+cdef class Framer:
+    cdef object plausibility
+    cdef object candidates
+    cdef long long max_frame
+    cdef bint synced
+    # Raw SASL tokens may be empty (a broker answers a PLAIN token with a bare zero size):
+    # the session lowers this to 0 while they flow.
+    cdef public long long min_frame
+    cdef bytearray buf
+    cdef long long buf_offset  # stream offset of buf[0]
+    cdef double first_ts  # time of the bytes that started the buffer
+    cdef double last_ts
+    # Where the current unsynced run began (-1: none), and why we are out of sync.
+    cdef long long skip_start
+    cdef str skip_reason
+    cdef list out
+    # Out of sync only: the stream offset up to which candidates have been looked at; candidates
+    # that wait for more bytes, as (stream offset where they can be decided, stream offset); and
+    # (stream offset after the bytes, time) of each piece fed, to date the frames found in them.
+    cdef long long scan_from
+    cdef list waiting  # sorted
+    cdef long long waiting_from  # the stream offset of the first waiting candidate, when there is one
+    cdef list arrivals
+
+    cpdef list feed(self, bytes data, double ts)
+    cpdef list gap(self, long long size, double ts, str reason=*)
+    cpdef list close(self)
+    cdef bytes _cut_whole(self, bytes data, double ts)
+    cdef list _take(self)
+    cdef void _unsync(self, str reason)
+    cdef void _lose(self, Py_ssize_t n, str reason)
+    cdef void _cut(self, double ts, bint final)
+    cdef double _arrival_ts(self, long long stream_end)
+    cdef bint _resync(self, bint final) except -1
+    cdef object _scan(self, bint final)
+    cdef void _wait(self, long long decided_at, long long at)
+    cdef tuple _judge(self, Py_ssize_t at, bint final)
