@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from kafkasniff.cli import main
 from kafkasniff.commands import decode
 from kafkasniff.engine.parallel import WorkerFailed
-from kafkasniff.render.output import Output, OutputOptions
+from kafkasniff.render.output import OutputOptions
+from kafkasniff.stream.analyzer import Analyzer
 from tests.capture_manifest import CAPTURES_DIR, capture_names
 
 ALL_CAPTURES = [str(CAPTURES_DIR / f"{name}.pcap") for name in capture_names()]
@@ -64,11 +65,11 @@ def test_topic_ids_resolve_across_workers():
 
 
 def test_a_failing_worker_stops_the_run_with_its_traceback(monkeypatch, tmp_path):
-    def broken(self, ev):
-        raise ValueError("renderer broke")
+    def broken(self, *args):
+        raise ValueError("decoder broke")
 
-    monkeypatch.setattr(Output, "render", broken)  # before the workers fork: they inherit it
-    with pytest.raises(WorkerFailed, match="renderer broke"):
+    monkeypatch.setattr(Analyzer, "stream_data", broken)  # before the workers fork: they inherit it
+    with pytest.raises(WorkerFailed, match="decoder broke"):
         CliRunner().invoke(main, ["decode", "-j", "2", CONFLUENT], catch_exceptions=False)
 
 

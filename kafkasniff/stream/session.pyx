@@ -27,7 +27,6 @@ from kafkasniff.protocol.identify import infer_response
 from kafkasniff.protocol.messages import Message, decode_request, decode_response_for_request, with_fields
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
-from kafkasniff.stream.framing cimport Framer
 from kafkasniff.stream.tcp import Endpoint
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
@@ -49,9 +48,6 @@ def endpoint_text(endpoint: Endpoint) -> str:
 cdef class KafkaConnection:
     """A connection as Kafka sees it: which side is the client, which the broker."""
 
-    cdef public object stream, client, server
-    cdef public bint tls
-
     def __init__(self, stream: int, client: Endpoint, server: Endpoint):
         self.stream = stream
         self.client = client
@@ -60,15 +56,7 @@ cdef class KafkaConnection:
 
 
 cdef class MessageEvent:
-    cdef public KafkaConnection conn
-    cdef public str direction
-    cdef public object ts, first_ts  # capture times of the frame's last and first bytes
-    cdef public object stream_offset
-    cdef public bytes payload  # the frame after its size prefix: the buffer message offsets point into
-    cdef public object message
-    cdef public MessageEvent request  # a response's, when captured
-    cdef public object latency_ms  # a response's, when its request was captured
-    cdef public bint inferred, expects_response
+    """A decoded request or response (a response carries its request and latency, or is inferred)."""
 
     def __init__(self, KafkaConnection conn, str direction, frame: Frame, message: Message):
         self.conn = conn
@@ -90,12 +78,7 @@ cdef class MessageEvent:
 
 
 cdef class SaslTokenEvent:
-    cdef public KafkaConnection conn
-    cdef public str direction
-    cdef public object ts, stream_offset
-    cdef public bytes token
-    cdef public str mechanism
-    cdef public list fields
+    """A raw SASL token, exchanged after SaslHandshake v0 without a Kafka header."""
 
     def __init__(self, KafkaConnection conn, str direction, frame: Frame, mechanism: str | None):
         self.conn = conn
@@ -108,9 +91,7 @@ cdef class SaslTokenEvent:
 
 
 cdef class NoticeEvent:
-    cdef public KafkaConnection conn
-    cdef public str direction, kind, text
-    cdef public object ts, stream_offset, size
+    """Bytes not shown as messages (skipped, missing from the capture, TLS, not Kafka), said once."""
 
     def __init__(self, KafkaConnection conn, str direction, ts: float, str kind, str text,
                  stream_offset: int = 0, size: int = 0):
@@ -227,32 +208,6 @@ cdef int NO_SIDE = -1
 
 cdef class Session:
     """Decode one connection. Sides are 0 and 1 (the caller's numbering)."""
-
-    cdef object stream
-    cdef tuple endpoints, from_start
-    cdef object handshake_client, port_hint_client  # a side, or None
-    cdef long long max_frame
-    cdef KafkaConnection conn
-    cdef int client_side  # NO_SIDE until known
-    cdef list framers
-    # Before the roles are known: each side's bytes (data, ts, gap size), and a probe looking for
-    # requests on each side that may be the client.
-    cdef list held, held_bytes, probes
-    # (stream offset, message) of the request that told the client: decoded already, not decoded again.
-    cdef tuple probed_request
-    cdef public dict pending
-    # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
-    cdef public dict unanswered
-    # Responses whose request has not been seen (yet): a request stuck behind a hole in the
-    # client's stream is delivered after its response. Kafka clients number requests in
-    # increasing order, so a later request proves an older orphan's request is not coming.
-    cdef dict orphans
-    cdef bint sasl_raw
-    cdef str sasl_mechanism
-    cdef str ignored  # why everything is dropped: "tls" or "not-kafka"; None while decoding
-    cdef list ignored_bytes  # bytes of each side dropped so, reported when the connection ends
-    cdef public tuple known_fits  # (payload, fits) of the frame ResponseFrames just inferred
-    cdef list events
 
     def __init__(self, stream: int, tuple endpoints, *, client_side: int | None = None,
                  handshake_client: int | None = None, port_hint_client: int | None = None,

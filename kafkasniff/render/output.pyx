@@ -1,9 +1,8 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """Where events go: the chosen view (one line, JSON Lines, tree), filters and statistics.
 
 Shared by decode and sniff: `emit` each event as it is decoded, `finish` at the end.
 """
-
-from __future__ import annotations
 
 import contextlib
 import os
@@ -13,9 +12,11 @@ from typing import TextIO
 
 from kafkasniff.protocol.schema import carries_records
 from kafkasniff.protocol.topics import TopicNames
-from kafkasniff.render.oneline import TOPICS_SLOT, event_line, topics_text
+from kafkasniff.render.oneline import TOPICS_SLOT
 from kafkasniff.render.values import error_names
-from kafkasniff.stream.session import MessageEvent
+
+from kafkasniff.render.oneline cimport event_line, message_line, topics_text
+from kafkasniff.stream.session cimport MessageEvent
 
 # The tree view, JSON, statistics and records (rich, orjson, the codecs) are imported by the views that use
 # them: the one-line view starts without them.
@@ -47,21 +48,25 @@ class OutputOptions:
         return not (self.stats and self.view == "line")
 
 
-def client_id_of(ev: MessageEvent) -> str | None:
+def client_id_of(MessageEvent ev) -> str | None:
     if ev.message.kind == "request":
         return ev.message.client_id
-    return ev.request.message.client_id if ev.request else None
+    return ev.request.message.client_id if ev.request is not None else None
 
 
-def learns_or_shows_topics(ev: MessageEvent) -> bool:
+cdef bint learns_or_shows_topics(MessageEvent ev) except -1:
     """Whether the one-line view needs the event's topic mentions: to show them (Produce, Fetch), or to learn
     topic ids from them (Metadata, CreateTopics, ... name a topic and give its id together)."""
     m = ev.message
-    return carries_records(m.api_key) or any(name is not None and topic_id is not None
-                                             for name, topic_id, _, _ in m.mentions)
+    if carries_records(m.api_key):
+        return True
+    for mention in m.mentions:
+        if mention[0] is not None and mention[1] is not None:
+            return True
+    return False
 
 
-def event_mentions(ev: MessageEvent) -> list:
+cdef list event_mentions(MessageEvent ev):
     """The message's topic mentions; for a response, None and then its request's."""
     mentions = list(ev.message.mentions)
     if ev.request is not None:
@@ -70,16 +75,32 @@ def event_mentions(ev: MessageEvent) -> list:
     return mentions
 
 
-class Output:
+cdef class Output:
+    cdef readonly object options
+    cdef object _out
+    # Lines gathered and written a block at a time, whatever Python's own buffering of stdout is
+    # (PYTHONUNBUFFERED would make every line a system call); `flush` writes them out (sniff: each message).
+    cdef list _pending
+    cdef Py_ssize_t _pending_bytes
+    cdef public long long shown
+    cdef readonly object topic_names, stats, json_line, tree
+    # The options, as the per-event paths test them
+    cdef bint _line_view, _json_view, _prints_events, _show_secrets, _filters, _by_topic
+
     def __init__(self, options: OutputOptions, out: TextIO | None = None):
         self.options = options
         self._out = out  # None: whatever sys.stdout is at the time (a progress bar may redirect it)
-        # Lines gathered and written a block at a time, whatever Python's own buffering of stdout is
-        # (PYTHONUNBUFFERED would make every line a system call); `flush` writes them out (sniff: each message).
-        self._pending: list[bytes] = []
+        self._pending = []
         self._pending_bytes = 0
         self.shown = 0
         self.topic_names = TopicNames()
+        self._line_view = options.view == "line"
+        self._json_view = options.view == "json"
+        self._prints_events = options.prints_events
+        self._show_secrets = options.show_secrets
+        self._filters = bool(options.apis or options.topics or options.client_ids or options.streams or
+                             options.errors_only)
+        self._by_topic = bool(options.topics)
         self.stats = None
         if options.stats:
             from kafkasniff.render.stats import Stats
@@ -101,20 +122,22 @@ class Output:
     def out(self) -> TextIO:
         return self._out or sys.stdout
 
-    def event_topics(self, ev: MessageEvent) -> dict[str, list]:
+    cpdef dict event_topics(self, MessageEvent ev):
         """Topics of the message (a response adds its request's) with [records, partitions] for each."""
         return self._resolve(event_mentions(ev))
 
-    def wanted(self, ev, topics: dict[str, int] | None = None) -> bool:
+    cpdef bint wanted(self, ev, dict topics=None) except -1:
         if not self.wanted_apart_from_topics(ev):
             return False
-        if self.options.topics and type(ev) is MessageEvent:
+        if self._by_topic and type(ev) is MessageEvent:
             if topics is None:
                 topics = self.event_topics(ev)
             return not self.options.topics.isdisjoint(topics)
         return True
 
-    def wanted_apart_from_topics(self, ev) -> bool:
+    cpdef bint wanted_apart_from_topics(self, ev) except -1:
+        if not self._filters:
+            return True
         o = self.options
         if type(ev) is not MessageEvent:
             return not (o.apis or o.topics or o.client_ids or o.errors_only) and (
@@ -130,32 +153,40 @@ class Output:
             return False
         return True
 
-    def emit(self, ev) -> None:
-        o = self.options
-        topics = None
-        if type(ev) is MessageEvent and (o.topics or o.stats or o.view != "line" or learns_or_shows_topics(ev)):
+    cpdef emit(self, ev):
+        cdef dict topics = None
+        cdef bint message = type(ev) is MessageEvent
+        if message and (self._by_topic or self.stats is not None or not self._line_view or
+                        learns_or_shows_topics(ev)):
             topics = self.event_topics(ev)
         if not self.wanted(ev, topics):
             return
         self.shown += 1
         if self.stats is not None:
             self.stats.observe(ev, topics)
-        if not o.prints_events:
+        if not self._prints_events:
             return
         if self.tree is not None:
             self.tree.show(ev, topics)
-        elif o.view == "json":
-            self.write_bytes(self.json_line(ev, o.show_secrets, topics, self.write_bytes))
+        elif self._json_view:
+            self.write_bytes(self.json_line(ev, self._show_secrets, topics, self.write_bytes))
+        elif message:
+            self.write_bytes((message_line(ev, topics) + "\n").encode())
         else:
-            self.write_bytes((event_line(ev, o.show_secrets, topics) + "\n").encode())
+            self.write_bytes((event_line(ev, self._show_secrets, topics) + "\n").encode())
 
-    def write_bytes(self, data: bytes) -> None:
+    def emit_all(self, list events) -> None:
+        """emit each of the events, in order."""
+        for ev in events:
+            self.emit(ev)
+
+    cpdef write_bytes(self, bytes data):
         self._pending.append(data)
         self._pending_bytes += len(data)
         if self._pending_bytes >= OUTPUT_BLOCK:
             self.flush()
 
-    def flush(self) -> None:
+    cpdef flush(self):
         """Write out what was gathered, and flush the output."""
         out = self.out
         if self._pending:
@@ -178,21 +209,20 @@ class Output:
         """Whether this view can be rendered by workers: one line or JSON, without --stats."""
         return self.options.view in ("line", "json") and not self.options.stats
 
-    def render(self, ev) -> tuple[bytes, list | None] | None:
+    cpdef tuple render(self, ev):
         """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it.
 
         A JSON line holds TOPICS_PLACEHOLDER, a one-line view's line TOPICS_SLOT, where `deliver` puts the
         resolved topics."""
         if not self.wanted_apart_from_topics(ev):
             return None
-        o = self.options
         mentions = None
-        if type(ev) is MessageEvent and (o.topics or o.view == "json" or learns_or_shows_topics(ev)):
+        if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
-        if o.view == "json":
+        if self._json_view:
             topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
-            return self.json_line(ev, o.show_secrets, topics), mentions
-        return (event_line(ev, o.show_secrets, TOPICS_SLOT) + "\n").encode(), mentions
+            return self.json_line(ev, self._show_secrets, topics), mentions
+        return (event_line(ev, self._show_secrets, TOPICS_SLOT) + "\n").encode(), mentions
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
         """Write rendered events, in capture order."""
@@ -212,7 +242,7 @@ class Output:
         self.shown += len(chunks)
         self.write_bytes(b"".join(chunks))
 
-    def _resolve(self, mentions: list) -> dict[str, list]:
+    cdef dict _resolve(self, list mentions):
         """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""
         if None not in mentions:
             return self.topic_names.resolve(mentions)

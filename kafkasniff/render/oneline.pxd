@@ -1,0 +1,10 @@
+"""The one-line view's C-level interface, for Output to call without Python calls."""
+
+from kafkasniff.stream.session cimport MessageEvent, NoticeEvent, SaslTokenEvent
+
+cpdef str clock(double ts)
+cpdef str topics_text(dict topics)
+cpdef str message_line(MessageEvent ev, topics=*)
+cpdef str sasl_line(SaslTokenEvent ev, bint show_secrets)
+cpdef str notice_line(NoticeEvent ev)
+cpdef str event_line(ev, bint show_secrets=*, topics=*)

@@ -1,0 +1,84 @@
+"""The session's C-level interface: its events, for the views to read without Python lookups, and the
+session, for the analyzer to call."""
+
+from kafkasniff.stream.framing cimport Framer
+
+
+cdef class KafkaConnection:
+    cdef public object stream, client, server
+    cdef public bint tls
+
+
+cdef class MessageEvent:
+    cdef public KafkaConnection conn
+    cdef public str direction
+    cdef public object ts, first_ts  # capture times of the frame's last and first bytes
+    cdef public object stream_offset
+    cdef public bytes payload  # the frame after its size prefix: the buffer message offsets point into
+    cdef public object message
+    cdef public MessageEvent request  # a response's, when captured
+    cdef public object latency_ms  # a response's, when its request was captured
+    cdef public bint inferred, expects_response
+
+
+cdef class SaslTokenEvent:
+    cdef public KafkaConnection conn
+    cdef public str direction
+    cdef public object ts, stream_offset
+    cdef public bytes token
+    cdef public str mechanism
+    cdef public list fields
+
+
+cdef class NoticeEvent:
+    cdef public KafkaConnection conn
+    cdef public str direction, kind, text
+    cdef public object ts, stream_offset, size
+
+
+cdef class Session:
+    cdef object stream
+    cdef tuple endpoints, from_start
+    cdef object handshake_client, port_hint_client  # a side, or None
+    cdef long long max_frame
+    cdef KafkaConnection conn
+    cdef int client_side  # NO_SIDE until known
+    cdef list framers
+    # Before the roles are known: each side's bytes (data, ts, gap size), and a probe looking for
+    # requests on each side that may be the client.
+    cdef list held, held_bytes, probes
+    # (stream offset, message) of the request that told the client: decoded already, not decoded again.
+    cdef tuple probed_request
+    cdef public dict pending
+    # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
+    cdef public dict unanswered
+    # Responses whose request has not been seen (yet): a request stuck behind a hole in the
+    # client's stream is delivered after its response. Kafka clients number requests in
+    # increasing order, so a later request proves an older orphan's request is not coming.
+    cdef dict orphans
+    cdef bint sasl_raw
+    cdef str sasl_mechanism
+    cdef str ignored  # why everything is dropped: "tls" or "not-kafka"; None while decoding
+    cdef list ignored_bytes  # bytes of each side dropped so, reported when the connection ends
+    cdef public tuple known_fits  # (payload, fits) of the frame ResponseFrames just inferred
+    cdef list events
+
+    cpdef list data(self, int side, bytes data, double ts)
+    cpdef list gap(self, int side, long long size, double ts)
+    cpdef list end(self, double ts)
+    cdef list _take(self)
+    cdef void _set_roles(self, int client_side)
+    cdef void _identify(self, int side, list probed)
+    cdef void _identify_within_limits(self, double ts)
+    cdef bint _identify_by_responses(self) except -1
+    cdef void _replay(self, int client_side)
+    cdef void _ignore(self, double ts, str why)
+    cdef int _likely_client_side(self)
+    cdef KafkaConnection _unidentified_connection(self)
+    cdef void _report_ignored(self, double ts)
+    cdef void _frames(self, int side, list items)
+    cdef void _request(self, frame)
+    cdef void _expect_no_response(self, correlation_id, MessageEvent event)
+    cdef void _release_orphans(self, below)
+    cdef void _raw_sasl(self, bint on)
+    cdef void _response(self, frame, bint orphan)
