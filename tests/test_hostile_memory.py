@@ -9,18 +9,17 @@ which decode starts worker processes, so one process is the whole tree.)
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import cramjam
 import pytest
 
+from measured import decode_measured
 from pcapkit import TcpConversation, write_pcap
 from kafkasniff.protocol.compression import MiB
 from kafkasniff.protocol.encoder import encode_request
 from kafkasniff.protocol.records_encoder import encode_message, encode_record_batch
 
-PEAK_LIMIT_KB = 200 * 1024
+PEAK_LIMIT_MB = 200
 INFLATED = 63 * MiB
 TINY_RECORD = bytes([12, 0, 0, 0, 1, 1, 0])  # length 6: attributes, deltas 0, null key and value, no headers
 TINY_COUNT = INFLATED // len(TINY_RECORD)
@@ -56,28 +55,13 @@ def captures(tmp_path_factory):
     return {name: _capture(folder / f"case{i}.pcap", make()) for i, (name, make) in enumerate(CASES.items())}
 
 
-def run(capture, options: list[str]) -> tuple[bytes, int, int]:
-    """(the first 64 KiB of stdout, the number of records it lists, the peak RSS in KB of the process)."""
-    script = ("import resource, subprocess, sys; p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE); "
-              "head = b''; tail = b''; records = 0\n"
-              "while chunk := p.stdout.read(1 << 20):\n"
-              "    records += (tail + chunk).count(b'{\"offset\":') - tail.count(b'{\"offset\":')\n"
-              "    head = (head + chunk)[:1 << 16]; tail = chunk[-16:]\n"
-              "p.wait(); sys.stdout.buffer.write(b'%d %d %d\\n' % (p.returncode, records, "
-              "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + head)")
-    done = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "kafkasniff", "decode", *options,
-                           str(capture)], capture_output=True, timeout=300, check=True)
-    first, head = done.stdout.split(b"\n", 1)
-    code, records, peak = map(int, first.split())
-    assert code == 0, done.stderr
-    return head, records, peak
-
-
 @pytest.mark.parametrize("view", VIEWS)
 @pytest.mark.parametrize("case", CASES)
 def test_hostile_records_stay_in_bounded_memory(captures, case, view):
-    head, records, peak = run(captures[case], VIEWS[view])
-    assert peak < PEAK_LIMIT_KB, f"{case}, {view}: {peak / 1024:.0f} MB"
+    done = decode_measured(captures[case], VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    head, records = done.head, done.records
+    assert done.peak_mb < PEAK_LIMIT_MB, f"{case}, {view}: {done.peak_mb:.0f} MB"
     if view != "json":
         return
     if case == "9.4 million tiny records":

@@ -2,13 +2,16 @@
 
 Codec ids are the low three bits of a batch's or message's attributes.
 
-Bounding the output, per codec (a "bomb" never makes us allocate past `limit`):
+Bounding the output, per codec (a "bomb" never makes us allocate past `limit`, and no size
+field in the bytes sizes a buffer past what those bytes can decompress to):
 - gzip, zstd: cramjam's `decompress_into` writes into a fixed buffer and stops with
   an error once it is full, so we try a buffer sized from a hint, grow it (x4) up
   to `limit`, and report "too large" when even a `limit`-sized buffer overflows.
-  gzip's hint is the ISIZE trailer, exact for the single-member streams clients write.
+  gzip's hint is the ISIZE trailer, exact for the single-member streams clients write,
+  but never more than deflate's largest expansion of the bytes present (1032:1).
 - snappy: raw blocks state their decompressed length up front; it is checked against
-  `limit` before any output is allocated. Java clients write the xerial framing
+  `limit`, and against the most a block of that many bytes can make (a 3-byte copy
+  element writes at most 64 bytes), before any output is allocated. Java clients write the xerial framing
   (magic header, then 4-byte-length-prefixed raw blocks); we parse the framing and
   decompress the blocks with cramjam.
 - lz4: we walk the frame ourselves and decompress each block with cramjam's block
@@ -18,7 +21,9 @@ Bounding the output, per codec (a "bomb" never makes us allocate past `limit`):
   descriptor alone), which cramjam's frame decoder rejects. Kafka itself accepts only
   frames of independent blocks; a frame with linked blocks goes to cramjam's frame
   decoder (bounded like zstd), which then needs a standard HC. Besides the output,
-  one block-sized scratch buffer is allocated (64 KiB in Kafka's frames, 4 MiB at most).
+  one scratch buffer is allocated, as large as the largest block can decompress to: at
+  most the frame's block size (64 KiB in Kafka's frames, 4 MiB at most), and at most
+  lz4's largest expansion of that block's bytes (about 255:1).
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
 MiB = 1024 * 1024
 _FIRST_GUESS_MIN = 64 * 1024
 _OUTPUT_FULL = "failed to write whole buffer"  # cramjam's message when an _into buffer is full
+# The most each codec can make of n compressed bytes, rounded up: deflate 1032:1; snappy 64 bytes from a
+# 3-byte copy element; lz4 255 bytes per byte of a match length, plus a sequence's last literals.
+_DEFLATE_MAX_RATIO = 1032
+_SNAPPY_MAX_RATIO = 22
+_LZ4_MAX_RATIO, _LZ4_MAX_EXTRA = 256, 64
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
@@ -69,7 +79,8 @@ def decompress(codec_id: int, data, limit: int) -> bytearray:
     """Decompress `data` (any buffer) with a Kafka codec; raise DecompressionFailed."""
     try:
         if codec_id == 1:
-            hint = struct.unpack_from("<I", data, len(data) - 4)[0] if len(data) >= 4 else 0
+            isize = struct.unpack_from("<I", data, len(data) - 4)[0] if len(data) >= 4 else 0
+            hint = min(isize, _DEFLATE_MAX_RATIO * len(data))
             return _into_growing_buffer(cramjam.gzip.decompress_into, data, limit, hint)
         if codec_id == 2:
             return _snappy(data, limit)
@@ -123,6 +134,9 @@ def _snappy_blocks(blocks: list[memoryview], limit: int) -> bytearray:
     total = 0
     for block in blocks:
         n = cramjam.snappy.decompress_raw_len(block)
+        if n > _SNAPPY_MAX_RATIO * len(block):
+            raise DecompressionFailed(f"snappy: a block of {len(block)} bytes claims {n} bytes decompressed, "
+                                      f"more than it can make")
         total += n
         if total > limit:
             raise DecompressedTooLarge(limit)
@@ -151,7 +165,7 @@ def _lz4_frame(data, limit: int) -> bytearray:
     has_block_checksum = bool(flg & 0x10)
     pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0) + 1  # + content size, dict id, HC
     out = bytearray()
-    scratch = bytearray(block_max)
+    scratch = bytearray()
     while True:
         if pos + 4 > end:
             raise DecompressionFailed("lz4: frame ends without an end mark")
@@ -166,6 +180,9 @@ def _lz4_frame(data, limit: int) -> bytearray:
         if word & _LZ4_UNCOMPRESSED_BIT:
             produced = block
         else:
+            most = min(block_max, _LZ4_MAX_RATIO * size + _LZ4_MAX_EXTRA)
+            if len(scratch) < most:
+                scratch = bytearray(most)
             n = cramjam.lz4.decompress_block_into(block, scratch)
             produced = memoryview(scratch)[:n]
         if len(out) + len(produced) > limit:
