@@ -81,22 +81,23 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
     """
     from kafkasniff.protocol.identify import identify
     from kafkasniff.render.explain import explanation_json, print_explanation
-    from kafkasniff.render.hexinput import parse_hex_blocks
+    from kafkasniff.render.hexinput import parse_hex_blocks, read_dump
 
     if (api_key is None) != (api_version is None):
         fail("--api-key and --api-version go together")
-    if path:
-        try:
-            text = open(path, encoding="utf-8", errors="replace").read()
-        except OSError as e:
-            fail(f"cannot read {path}: {e.strerror}")
-    elif hex_text:
-        text = " ".join(hex_text)
-    else:
-        if sys.stdin.isatty():
-            click.echo("reading hex from standard input (end with Ctrl-D)…", err=True)
-        text = sys.stdin.read()
     try:
+        if path:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = read_dump(f)
+            except OSError as e:
+                fail(f"cannot read {path}: {e.strerror}")
+        elif hex_text:
+            text = " ".join(hex_text)
+        else:
+            if sys.stdin.isatty():
+                click.echo("reading hex from standard input (end with Ctrl-D)…", err=True)
+            text = read_dump(sys.stdin)
         blocks = parse_hex_blocks(text)
     except ValueError as e:
         fail(f"cannot read the hex dump: {e}")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 
 import cramjam
 import pytest
 
-from measured import decode_measured
+from measured import decode_measured, run_measured
 from pcapkit import TcpConversation, write_pcap
 from kafkasniff.protocol.compression import MiB
 from kafkasniff.protocol.encoder import encode_request
@@ -82,3 +83,44 @@ def test_size_fields_do_not_size_buffers(lying_sizes, view):
         assert snappy["note"] == ("decompression failed: snappy: a block of 12 bytes claims 67108863 bytes "
                                   "decompressed, more than it can make")
         assert [r["value"]["text"] for r in plain["records"]] == ["after them"]
+
+
+# --- explain's input (item 5) ----------------------------------------------------------------------------------
+
+XXD_LINE = "0000 0010 0003 0000 0000 0001 ffff 0000  ................"
+
+
+def explain_measured(tmp_path, text: str, *options: str):
+    dump = tmp_path / "dump.txt"
+    dump.write_text(text)
+    return run_measured([sys.executable, "-m", "kafkasniff", "explain", *options, "-f", str(dump)])
+
+
+@pytest.mark.parametrize("last_offset", [
+    "fffffffffffffff0",  # once an OverflowError and a traceback
+    "20000000",          # once 97 s and 543 MB: 512 MiB of repeated lines
+])
+def test_a_repeat_line_cannot_claim_more_than_a_dump_may_hold(tmp_path, last_offset):
+    text = f"00000000: {XXD_LINE}\n*\n{last_offset}: {XXD_LINE}\n"
+    assert len(text) < 150
+    done = explain_measured(tmp_path, text)
+    assert done.returncode == 2
+    assert done.stderr == (f"kafkasniff: cannot read the hex dump: line 3: offset 0x{last_offset} would repeat the "
+                           f"line before '*' past the 16 MiB a dump may hold\n")
+    assert done.seconds < 5 and done.peak_mb < 60
+
+
+def test_an_error_quotes_only_the_start_of_a_long_line(tmp_path):
+    done = explain_measured(tmp_path, "00 01 " + "not-hex" * 1_500_000 + "\n")
+    assert done.returncode == 2
+    assert done.stderr == ("kafkasniff: cannot read the hex dump: line 1: 'not-hexnot-hexnot-hexnot-hexnot-hexnot-h'"
+                           "… (10,500,000 characters) is not hex\n")
+    assert done.seconds < 5 and done.peak_mb < 100
+
+
+def test_a_dump_of_more_text_than_one_message_needs_is_refused_as_it_is_read(tmp_path):
+    done = explain_measured(tmp_path, "00 " * (6 * MiB))
+    assert done.returncode == 2
+    assert done.stderr == ("kafkasniff: cannot read the hex dump: more than 16 MiB of text; a dump holds one message: "
+                           "keep its lines only\n")
+    assert done.seconds < 5 and done.peak_mb < 100

@@ -11,12 +11,22 @@ skipped data line cannot go unnoticed. A `*` line (a run of repeated lines) is e
 Where the offset restarts at 0, a new block begins (a packet of tcpdump or tshark); tshark's names of its
 data sources (`Frame (74 bytes):`, `Reassembled TCP (1048 bytes):`) name the blocks that follow them, up
 to the blank line that ends the packet.
+
+A dump is one message, pasted or saved: its text may be up to MAX_DUMP_TEXT characters and its bytes, runs of
+repeated lines included, up to MAX_DUMP_BYTES; beyond, it is refused before anything that size is made. Lines
+are read one at a time, and an error quotes at most the start of the text it is about.
 """
 
 import re
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
+
+MiB = 1 << 20
+MAX_DUMP_TEXT = 16 * MiB
+MAX_DUMP_BYTES = 16 * MiB
+EXCERPT = 40  # characters of the text an error quotes
 
 _COMMENT = re.compile(r"//|#")
+_LINE = re.compile("([^\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]*)(?:\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029])?")
 # xxd `00000010: 0000 0012  ....` and tcpdump `\t0x0010:  4500 0034  E..4`: ASCII after a 2+ space gap.
 _COLON_OFFSET = re.compile(r"\s*(?:0x)?([0-9a-fA-F]+):(?:\s+(.*))?")
 _ASCII_GAP = re.compile(r"\s{2,}")
@@ -42,17 +52,42 @@ def parse_hex_dump(text: str) -> bytes:
     return b"".join(block.data for block in parse_hex_blocks(text))
 
 
+def read_dump(stream) -> str:
+    """The text of a dump from a text stream; raise ValueError when it is longer than MAX_DUMP_TEXT."""
+    text = stream.read(MAX_DUMP_TEXT + 1)
+    if len(text) > MAX_DUMP_TEXT:
+        raise ValueError(f"more than {MAX_DUMP_TEXT // MiB} MiB of text; a dump holds one message: keep its lines only")
+    return text
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of the text (as str.splitlines cuts them) without comments or trailing blanks, one at a time."""
+    for match in _LINE.finditer(text):
+        if match.end() == match.start():  # the empty match at the end of the text
+            return
+        yield _COMMENT.split(match[1], maxsplit=1)[0].rstrip()
+
+
+def _excerpt(text: str) -> str:
+    """The text quoted, or its start when it is long."""
+    if len(text) <= EXCERPT:
+        return repr(text)
+    return f"{text[:EXCERPT]!r}… ({len(text):,} characters)"
+
+
 def parse_hex_blocks(text: str) -> list[Block]:
     """The bytes of a hex dump, as the blocks (packets) it holds; raise ValueError naming the line of any
-    unreadable text."""
-    lines = [_COMMENT.split(line, maxsplit=1)[0].rstrip() for line in text.splitlines()]
-    split_line = _line_splitter(lines)
+    unreadable text, or when the text or its bytes exceed MAX_DUMP_TEXT or MAX_DUMP_BYTES."""
+    if len(text) > MAX_DUMP_TEXT:
+        raise ValueError(f"more than {MAX_DUMP_TEXT // MiB} MiB of text; a dump holds one message: keep its lines only")
+    split_line = _line_splitter(text)
     blocks: list[Block] = []
     source = block_source = None  # the name in force, and that of the block being read
     out = bytearray()
     previous: tuple[int | None, bytes] | None = None
     repeat_pending = False
-    for number, line in enumerate(lines, start=1):
+    size = 0  # bytes of the blocks so far
+    for number, line in enumerate(_lines(text), start=1):
         if not line.strip():
             source = None  # tshark ends each packet with a blank line; its sources are named within
             continue
@@ -60,6 +95,7 @@ def parse_hex_blocks(text: str) -> list[Block]:
         if named:
             if out:
                 blocks.append(Block(block_source, bytes(out)))
+                size += len(out)
                 out.clear()
             source = named[1]
             continue
@@ -80,6 +116,9 @@ def parse_hex_blocks(text: str) -> list[Block]:
                 gap = offset - expected
                 if gap < 0 or gap % len(prev_data):
                     raise ValueError(f"line {number}: offset {offset:#x} does not end a run of repeated lines")
+                if size + len(out) + gap > MAX_DUMP_BYTES:
+                    raise ValueError(f"line {number}: offset {offset:#x} would repeat the line before '*' past "
+                                     f"the {MAX_DUMP_BYTES // MiB} MiB a dump may hold")
                 out += prev_data * (gap // len(prev_data))
                 repeat_pending = False
             elif offset not in (expected, 0):
@@ -87,10 +126,13 @@ def parse_hex_blocks(text: str) -> list[Block]:
                                  f"(expected {expected:#x})")
         if offset == 0 and out:
             blocks.append(Block(block_source, bytes(out)))
+            size += len(out)
             out.clear()
         if not out:
             block_source = source
         out += data
+        if size + len(out) > MAX_DUMP_BYTES:
+            raise ValueError(f"line {number}: more than the {MAX_DUMP_BYTES // MiB} MiB a dump may hold")
         previous = (offset, data)
     if repeat_pending:
         raise ValueError("'*' (repeated lines) at the end of the dump has no closing offset")
@@ -99,12 +141,12 @@ def parse_hex_blocks(text: str) -> list[Block]:
     return blocks
 
 
-def _line_splitter(lines: list[str]):
-    if any(_COLON_OFFSET.fullmatch(line) for line in lines):
+def _line_splitter(text: str):
+    if any(_COLON_OFFSET.fullmatch(line) for line in _lines(text)):
         return _split_colon_offset
-    if any((m := _HEXDUMP_C.fullmatch(line)) and m[2] is not None for line in lines):
+    if any((m := _HEXDUMP_C.fullmatch(line)) and m[2] is not None for line in _lines(text)):
         return _split_hexdump_c
-    if any(_SPACED_OFFSET_FULL.fullmatch(line) for line in lines):
+    if any(_SPACED_OFFSET_FULL.fullmatch(line) for line in _lines(text)):
         return _split_spaced_offset
     return lambda line: (None, line)
 
@@ -136,8 +178,8 @@ def _hex_bytes(area: str, number: int) -> bytes:
     for token in area.replace(",", " ").split():
         match = _TOKEN.fullmatch(token)
         if match is None:
-            raise ValueError(f"line {number}: {token!r} is not hex")
+            raise ValueError(f"line {number}: {_excerpt(token)} is not hex")
         if len(match[1]) % 2:
-            raise ValueError(f"line {number}: {token!r} has an odd number of hex digits")
+            raise ValueError(f"line {number}: {_excerpt(token)} has an odd number of hex digits")
         digits.append(match[1])
     return bytes.fromhex("".join(digits))
