@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-from functools import cache
+from functools import cache, lru_cache
 from typing import NamedTuple
 
 TABLE = os.path.join(os.path.dirname(__file__), "schema_table.json")
+# Look-ups by (API key, kind, version) kept: more than the triples Kafka defines (736), so real traffic never
+# repeats one; the keys and versions of made-up frames push out the least recently used.
+VERSIONS_KEPT = 1024
 
 
 class Variant(NamedTuple):
@@ -61,7 +64,7 @@ def _pick(name: str, variants: list[dict], version: int) -> Variant | None:
     return None
 
 
-@cache
+@lru_cache(maxsize=VERSIONS_KEPT)
 def message_variant(api_key: int, kind: str, version: int) -> Variant | None:
     """Schema for a request or response body at a version; None if Kafka never defined it."""
     api = apis().get(api_key)
@@ -76,7 +79,7 @@ def header_variant(kind: str, version: int) -> Variant | None:
     return _pick(name, table()["headers"][name], version)
 
 
-@cache
+@lru_cache(maxsize=VERSIONS_KEPT)
 def data_variant(name: str, version: int) -> Variant | None:
     variants = table()["data"].get(name)
     return _pick(name, variants, version) if variants else None
@@ -99,9 +102,13 @@ def _has_role(fields: list[dict], structs: dict, role: str) -> bool:
                for f in fields)
 
 
-@cache
 def carries_records(api_key: int) -> bool:
     """Whether the API's requests or responses hold record batches (Produce, Fetch, ShareFetch)."""
-    api = apis().get(api_key)
-    return api is not None and any(_has_role(v["fields"], v.get("structs", {}), "records")
-                                   for kind in ("request", "response") for v in api[kind])
+    return api_key in _record_apis()
+
+
+@cache
+def _record_apis() -> frozenset[int]:
+    return frozenset(key for key, api in apis().items()
+                     if any(_has_role(v["fields"], v.get("structs", {}), "records")
+                            for kind in ("request", "response") for v in api[kind]))
