@@ -12,16 +12,20 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import crc32c
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkasniff.cli import main
 from kafkasniff.commands.decode import PROGRESS_MIN_BYTES, make_options, wants_progress
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.records_encoder import Record, encode_message_set, encode_record_batch
+from kafkasniff.render.oneline import message_line, message_row
 from kafkasniff.render.output import Output
 from kafkasniff.render.tree import TreeView
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent, Session
@@ -552,3 +556,31 @@ def test_one_line_names_topics_partitions_batches_and_records_of_produce_and_fet
     assert big.endswith(" confluent-none[2,1,0] 3 batches 6 records")
     metadata = next(line for line in lines if "Metadata v12 response" in line)
     assert "confluent-none" not in metadata  # only APIs that carry records name their topics
+
+
+@settings(max_examples=300, deadline=None)
+@given(ts=st.floats(min_value=0, max_value=4e9), latency=st.floats(min_value=-1e6, max_value=1e16),
+       correlation_id=st.integers(-2**31, 2**31 - 1), batches=st.integers(0, 10**12),
+       records=st.integers(0, 10**12), client_id=st.text(max_size=12))
+def test_one_line_numbers_and_texts_are_written_as_python_formats_them(ts, latency, correlation_id, batches,
+                                                                        records, client_id):
+    # The one-line view writes its UTF-8 bytes itself (digits, thousands separators, milliseconds): each piece
+    # must read exactly as Python's own formatting would have it.
+    request, response = conversation((True, framed(METADATA_V1)),
+                                     (False, framed(encode_response(3, 1, 7, {"Brokers": [], "Topics": []})[4:])))
+    for ev in (request, response):
+        ev.ts = ts
+        ev.message.correlation_id = correlation_id
+        ev.message.batches, ev.message.records = batches, records
+    request.message.client_id = client_id
+    response.latency_ms = latency
+    micros = round(ts * 1e6)
+    clock = time.strftime("%H:%M:%S", time.gmtime(micros // 10**6)) + f".{micros % 10**6:06d}"
+    counts = (f" {batches:,} {'batch' if batches == 1 else 'batches'} {records:,} {'record' if records == 1 else 'records'}"
+              if batches else "")
+    assert message_line(request) == (f"{clock} #0 10.0.0.1:40000 → 10.0.0.2:9092 Metadata v1 request "
+                                     f"corr={correlation_id} client={client_id!r} {len(METADATA_V1)}B{counts}")
+    assert message_line(response) == (f"{clock} #0 10.0.0.1:40000 ← 10.0.0.2:9092 Metadata v1 response "
+                                      f"corr={correlation_id} {response.message.end - response.message.offset}B "
+                                      f"{latency:.3f}ms{counts}")
+    assert message_row(response) == (message_line(response) + "\n").encode()

@@ -10,6 +10,7 @@ import click
 
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
+from kafkasniff.commands.heap import collect_rarely
 from kafkasniff.engine.parallel import decode_parallel, usable_cores
 from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone
@@ -91,6 +92,7 @@ def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1) -> 
     def make_analyzer() -> Analyzer:
         return Analyzer(ports)
 
+    collect_rarely()
     if reader.streaming:
         decode_stream(reader, output, make_analyzer())
         return

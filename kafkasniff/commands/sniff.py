@@ -12,6 +12,7 @@ import click
 
 from kafkasniff.capture.packets import FrameParser
 from kafkasniff.commands.decode import make_options, output_options
+from kafkasniff.commands.heap import collect_rarely
 from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
@@ -97,6 +98,7 @@ class LiveSession:
         stop_signals = (signal.SIGINT, signal.SIGTERM)
         previous = {sig: signal.signal(sig, lambda *_: self.capture.stop()) for sig in stop_signals}
         capture = self.capture
+        collect_rarely()
         filters = capture.bpf_filter + (f"; writing {self.pcap_file.name}" if self.pcap_file else "")
         click.echo(f"capturing on {capture.interface} (filter {filters})", err=True)
         try:

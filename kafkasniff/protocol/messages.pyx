@@ -9,8 +9,6 @@ carries a `Malformed` verdict (and, with fields, the fields read up to the failu
 a complete body as a `trailing` field.
 """
 
-# cython: language_level=3, boundscheck=False, wraparound=False
-
 from typing import Iterator
 
 from kafkasniff.protocol import _walk, quirks, walker
@@ -24,24 +22,7 @@ cdef long long MAX_DECOMPRESSED = walker.DEFAULT_MAX_DECOMPRESSED
 
 
 cdef class Message:
-    cdef public str kind, api_name
-    cdef public object api_key, api_version, header_version
-    cdef public object correlation_id
-    cdef public str client_id
-    cdef public object acks                   # Produce requests: whether a response will come
-    cdef public object throttle_time_ms       # responses
-    cdef public list errors                   # non-zero error codes, in wire order
-    # [topic name or None, topic id or None, data records, [partitions]] per struct naming a topic
-    cdef public list mentions
-    cdef public long long batches             # record batches (or legacy messages) in the body
-    cdef public long long records             # data records in them, by their headers
-    cdef public long long suspicion           # implausible values: unknown error codes, illegal nulls, ...
-    cdef public object header, body           # the Field trees, when asked for
-    cdef public object body_offset            # where the body starts, when the header was read
-    cdef public object malformed
-    cdef public object trailing
-    cdef public Py_ssize_t offset, end
-    cdef public str sasl_mechanism            # SaslAuthenticate: the mechanism its session agreed
+    """A decoded frame: what the stream layer and the views read (fields declared in messages.pxd)."""
 
     def __init__(self, str kind, api_key: int | None, api_version: int | None, Py_ssize_t offset, Py_ssize_t end):
         self.kind = kind

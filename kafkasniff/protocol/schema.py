@@ -104,11 +104,12 @@ def _has_role(fields: list[dict], structs: dict, role: str) -> bool:
 
 def carries_records(api_key: int) -> bool:
     """Whether the API's requests or responses hold record batches (Produce, Fetch, ShareFetch)."""
-    return api_key in _record_apis()
+    return api_key in record_apis()
 
 
 @cache
-def _record_apis() -> frozenset[int]:
+def record_apis() -> frozenset[int]:
+    """Keys of the APIs whose requests or responses hold record batches."""
     return frozenset(key for key, api in apis().items()
                      if any(_has_role(v["fields"], v.get("structs", {}), "records")
                             for kind in ("request", "response") for v in api[kind]))

@@ -4,7 +4,9 @@ from kafkasniff.stream.session cimport MessageEvent, NoticeEvent, SaslTokenEvent
 
 cpdef str clock(double ts)
 cpdef str topics_text(dict topics)
+cpdef bytes message_row(MessageEvent ev, topics=*)
 cpdef str message_line(MessageEvent ev, topics=*)
 cpdef str sasl_line(SaslTokenEvent ev, bint show_secrets)
 cpdef str notice_line(NoticeEvent ev)
 cpdef str event_line(ev, bint show_secrets=*, topics=*)
+cpdef bytes event_row(ev, bint show_secrets=*, topics=*)

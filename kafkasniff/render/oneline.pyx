@@ -4,13 +4,20 @@
 Every message of a capture passes through here in the default view: lines are built from typed values,
 and the texts that repeat (connections, API names, seconds) are kept."""
 
-from libc.math cimport rint
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.math cimport fabs, isfinite, rint
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy
 
-from kafkasniff.protocol.schema import carries_records
+from kafkasniff.protocol.schema import record_apis
 from kafkasniff.render.values import FRAME_PREFIX, error_names
 from kafkasniff.stream.session import endpoint_text
 
+from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.session cimport KafkaConnection
+
+cdef frozenset _RECORD_APIS = record_apis()
 
 # Texts kept for reuse; a table that grows past its bound starts again (a long capture has endless
 # seconds and connections, and each is needed only while its traffic lasts).
@@ -18,6 +25,9 @@ cdef Py_ssize_t KEPT_TEXTS = 4096
 cdef dict _seconds = {}
 cdef dict _connections = {}
 cdef dict _apis = {}
+cdef enum:
+    TO_CLIENT, TO_SERVER, EITHER
+_ARROWS = ("←", "→", "↔")
 
 
 cdef str _second(long long whole):
@@ -37,14 +47,18 @@ cpdef str clock(double ts):
     return f"{_second(micros // 1000000)}.{micros % 1000000:06d}"
 
 
-cdef str _connection_text(KafkaConnection conn, str arrow):
-    key = (conn, arrow)
-    text = _connections.get(key)
-    if text is None:
+cdef str _connection_text(KafkaConnection conn, int arrow):
+    """`#stream client → server`; arrow: TO_SERVER, TO_CLIENT or EITHER."""
+    cdef list texts = _connections.get(conn)  # kept connections: at most KEPT_TEXTS
+    if texts is None:
         if len(_connections) >= KEPT_TEXTS:
             _connections.clear()
-        text = f"#{conn.stream} {endpoint_text(conn.client)} {arrow} {endpoint_text(conn.server)}"
-        _connections[key] = text
+        texts = [None, None, None]
+        _connections[conn] = texts
+    text = texts[arrow]
+    if text is None:
+        text = f"#{conn.stream} {endpoint_text(conn.client)} {_ARROWS[arrow]} {endpoint_text(conn.server)}"
+        texts[arrow] = text
     return text
 
 
@@ -64,10 +78,6 @@ TOPICS_SLOT = "\x00topics\x00"
 PARTITIONS_SHOWN = 12
 
 
-cdef str _plural(long long n, str one, str many):
-    return f"{n:,} {one if n == 1 else many}"
-
-
 cpdef str topics_text(dict topics):
     """ topic[partitions] for each topic a message names (as Output resolves them), with a leading space."""
     parts = []
@@ -78,39 +88,157 @@ cpdef str topics_text(dict topics):
     return "".join(parts)
 
 
-cpdef str message_line(MessageEvent ev, topics=None):
-    """`topics`: the message's topics as Output resolves them (shown for APIs that carry records), or
-    TOPICS_SLOT where a parallel worker leaves them to the parent."""
-    m = ev.message
+cdef class _LineBuilder:
+    """A line's UTF-8 bytes, written piece by piece into one growing buffer (reused line after line)."""
+    cdef bytearray buffer
+    cdef Py_ssize_t size
+
+    def __cinit__(self):
+        self.buffer = bytearray(256)
+        self.size = 0
+
+    cdef char* _room(self, Py_ssize_t n) except NULL:
+        if self.size + n > len(self.buffer):
+            self.buffer.extend(bytes(self.size + n))
+        return <char*>self.buffer + self.size
+
+    cdef void raw(self, const char* data, Py_ssize_t n) except *:
+        memcpy(self._room(n), data, n)
+        self.size += n
+
+    cdef void text(self, str piece) except *:
+        cdef Py_ssize_t n
+        cdef const char* data = PyUnicode_AsUTF8AndSize(piece, &n)  # kept by the str: ASCII text is not copied
+        self.raw(data, n)
+
+    cdef void integer(self, long long value, bint grouped=False) except *:
+        """Decimal digits; `grouped`: with thousands separators, as format(value, ",")."""
+        cdef char digits[32]
+        cdef int at = 32, count = 0
+        cdef bint negative = value < 0
+        cdef unsigned long long rest = <unsigned long long>(-value) if negative else <unsigned long long>value
+        while True:
+            if grouped and count and count % 3 == 0:
+                at -= 1
+                digits[at] = c','
+            at -= 1
+            digits[at] = <char>(c'0' + rest % 10)
+            rest //= 10
+            count += 1
+            if rest == 0:
+                break
+        if negative:
+            at -= 1
+            digits[at] = c'-'
+        self.raw(digits + at, 32 - at)
+
+    cdef void number(self, value) except *:
+        """An int field's value, or what a missing one prints as (None)."""
+        if type(value) is int:
+            self.integer(value)
+        else:
+            self.text(str(value))
+
+    cdef void millis(self, double value) except *:
+        """As format(value, ".3f") (both round the exact binary value to nearest, ties to even)."""
+        cdef char digits[64]
+        cdef int n
+        if isfinite(value) and fabs(value) < 1e15:
+            n = snprintf(digits, sizeof(digits), "%.3f", value)
+            self.raw(digits, n)
+        else:
+            self.text(f"{value:.3f}")
+
+    cdef bytes take(self):
+        return PyBytes_FromStringAndSize(<char*>self.buffer, self.size)
+
+
+cdef _LineBuilder _line = _LineBuilder()
+cdef dict _client_reprs = {}
+
+
+cdef void _put_clock(_LineBuilder line, double ts) except *:
+    cdef long long micros = <long long>rint(ts * 1e6)  # rounding half to even, as round() does
+    cdef char fraction[32]
+    line.text(_second(micros // 1000000))
+    snprintf(fraction, sizeof(fraction), ".%06lld", micros % 1000000)
+    line.raw(fraction, 7)
+
+
+cdef void _put_plural(_LineBuilder line, long long n, str one, str many) except *:
+    line.integer(n, True)
+    line.raw(" ", 1)
+    line.text(one if n == 1 else many)
+
+
+cdef str _client_repr(str client_id):
+    text = _client_reprs.get(client_id)
+    if text is None:
+        if len(_client_reprs) >= KEPT_TEXTS:
+            _client_reprs.clear()
+        text = repr(client_id)
+        _client_reprs[client_id] = text
+    return text
+
+
+cpdef bytes message_row(MessageEvent ev, topics=None):
+    """The message's line as UTF-8, with its newline. `topics`: the message's topics as Output resolves them
+    (shown for APIs that carry records), or TOPICS_SLOT where a parallel worker leaves them to the parent."""
+    cdef Message m = ev.message
+    cdef _LineBuilder line = _line
     cdef bint request = m.kind == "request"
-    cdef str line = (f"{clock(ev.ts)} {_connection_text(ev.conn, '→' if request else '←')} "
-                     f"{_api_text(m.api_name, m.api_version, m.kind)} corr={m.correlation_id}")
+    line.size = 0  # a line left unfinished by an exception is dropped
+    _put_clock(line, ev.ts)
+    line.raw(" ", 1)
+    line.text(_connection_text(ev.conn, TO_SERVER if request else TO_CLIENT))
+    line.raw(" ", 1)
+    line.text(_api_text(m.api_name, m.api_version, m.kind))
+    line.raw(" corr=", 6)
+    line.number(m.correlation_id)
     if request:
-        line += f" client={m.client_id!r}" if m.client_id is not None else " client=null"
+        if m.client_id is not None:
+            line.raw(" client=", 8)
+            line.text(_client_repr(m.client_id))
+        else:
+            line.raw(" client=null", 12)
         if not ev.expects_response:
-            line += " (no response expected)"
-    line += f" {m.end - m.offset}B"
+            line.text(" (no response expected)")
+    line.raw(" ", 1)
+    line.integer(m.end - m.offset)
+    line.raw("B", 1)
     if ev.latency_ms is not None:
-        line += f" {ev.latency_ms:.3f}ms"
+        line.raw(" ", 1)
+        line.millis(ev.latency_ms)
+        line.raw("ms", 2)
         if not ev.request.expects_response:
-            line += " (unexpected: its request expected no response)"
+            line.text(" (unexpected: its request expected no response)")
     if ev.inferred:
-        line += " (request not captured: inferred)"
-    if topics is not None and carries_records(m.api_key):
-        line += topics if type(topics) is str else topics_text(topics)
+        line.text(" (request not captured: inferred)")
+    if topics is not None and m.api_key in _RECORD_APIS:
+        line.text(topics if type(topics) is str else topics_text(topics))
     if m.batches:
-        line += f" {_plural(m.batches, 'batch', 'batches')} {_plural(m.records, 'record', 'records')}"
+        line.raw(" ", 1)
+        _put_plural(line, m.batches, "batch", "batches")
+        line.raw(" ", 1)
+        _put_plural(line, m.records, "record", "records")
     if m.errors:
-        line += " errors=" + ",".join(error_names(m))
+        line.text(" errors=" + ",".join(error_names(m)))
     if m.malformed:
-        line += f" MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}"
+        line.text(f" MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}")
     elif m.trailing:
-        line += f" +{m.trailing.length} trailing bytes"
-    return line
+        line.text(f" +{m.trailing.length} trailing bytes")
+    line.raw("\n", 1)
+    return line.take()
+
+
+cpdef str message_line(MessageEvent ev, topics=None):
+    """The message's line as text (see message_row)."""
+    row = message_row(ev, topics)
+    return row[:len(row) - 1].decode()
 
 
 cpdef str sasl_line(SaslTokenEvent ev, bint show_secrets):
-    arrow = "→" if ev.direction == "c2s" else "←"
+    cdef int arrow = TO_SERVER if ev.direction == "c2s" else TO_CLIENT
     shown = ""
     if ev.fields:
         shown = " " + " ".join([f"{f.name}={f.value if show_secrets or f.type != 'secret' else '********'}"
@@ -120,7 +248,7 @@ cpdef str sasl_line(SaslTokenEvent ev, bint show_secrets):
 
 
 cpdef str notice_line(NoticeEvent ev):
-    where = f" {_connection_text(ev.conn, '↔')}" if ev.conn is not None else ""
+    where = f" {_connection_text(ev.conn, EITHER)}" if ev.conn is not None else ""
     size = f" ({ev.size} bytes at stream offset {ev.stream_offset}, {ev.direction})" if ev.size else ""
     return f"{clock(ev.ts)}{where} ! {ev.text}{size}"
 
@@ -131,3 +259,10 @@ cpdef str event_line(ev, bint show_secrets=False, topics=None):
     if type(ev) is SaslTokenEvent:
         return sasl_line(ev, show_secrets)
     return notice_line(ev)
+
+
+cpdef bytes event_row(ev, bint show_secrets=False, topics=None):
+    """The event's line as UTF-8, with its newline."""
+    if type(ev) is MessageEvent:
+        return message_row(ev, topics)
+    return (event_line(ev, show_secrets, topics) + "\n").encode()

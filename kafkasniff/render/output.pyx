@@ -10,12 +10,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from kafkasniff.protocol.schema import carries_records
+from kafkasniff.protocol.schema import record_apis
 from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.render.oneline import TOPICS_SLOT
 from kafkasniff.render.values import error_names
 
-from kafkasniff.render.oneline cimport event_line, message_line, topics_text
+from kafkasniff.render.oneline cimport event_row, message_row, topics_text
+from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.session cimport MessageEvent
 
 # The tree view, JSON, statistics and records (rich, orjson, the codecs) are imported by the views that use
@@ -26,6 +27,7 @@ NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 TOPICS_PLACEHOLDER = "\x00topics\x00"
 _SLOT_BYTES = TOPICS_SLOT.encode()
 OUTPUT_BLOCK = 1 << 16  # bytes of output gathered before they are written
+cdef frozenset _RECORD_APIS = record_apis()
 
 
 @dataclass
@@ -57,8 +59,8 @@ def client_id_of(MessageEvent ev) -> str | None:
 cdef bint learns_or_shows_topics(MessageEvent ev) except -1:
     """Whether the one-line view needs the event's topic mentions: to show them (Produce, Fetch), or to learn
     topic ids from them (Metadata, CreateTopics, ... name a topic and give its id together)."""
-    m = ev.message
-    if carries_records(m.api_key):
+    cdef Message m = ev.message
+    if m.api_key in _RECORD_APIS:
         return True
     for mention in m.mentions:
         if mention[0] is not None and mention[1] is not None:
@@ -171,14 +173,9 @@ cdef class Output:
         elif self._json_view:
             self.write_bytes(self.json_line(ev, self._show_secrets, topics, self.write_bytes))
         elif message:
-            self.write_bytes((message_line(ev, topics) + "\n").encode())
+            self.write_bytes(message_row(ev, topics))
         else:
-            self.write_bytes((event_line(ev, self._show_secrets, topics) + "\n").encode())
-
-    def emit_all(self, list events) -> None:
-        """emit each of the events, in order."""
-        for ev in events:
-            self.emit(ev)
+            self.write_bytes(event_row(ev, self._show_secrets, topics))
 
     cpdef write_bytes(self, bytes data):
         self._pending.append(data)
@@ -222,7 +219,7 @@ cdef class Output:
         if self._json_view:
             topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
             return self.json_line(ev, self._show_secrets, topics), mentions
-        return (event_line(ev, self._show_secrets, TOPICS_SLOT) + "\n").encode(), mentions
+        return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
         """Write rendered events, in capture order."""

@@ -24,7 +24,7 @@ from kafkasniff.protocol.sasl import SECRET, TOKEN
 from kafkasniff.render.bytemap import Row, rows
 from kafkasniff.render.explain import message_rows
 from kafkasniff.render.jsonview import MASK, token_reader
-from kafkasniff.render.oneline import message_line, notice_line, sasl_line
+from kafkasniff.render.oneline import message_line, message_row, notice_line, sasl_line
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_bytes, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
@@ -184,7 +184,7 @@ class TreeView:
 
             def write(text: bytes, spans) -> None:
                 binary.write(text)
-        write((message_line(ev, topics) + "\n").encode(), None)
+        write(message_row(ev, topics), None)
         rest, _ = tree_text(m, ev.payload, self.limit, self.show_secrets, False, token_reader(m, self.show_secrets),
                             self.topic_names, write)
         tail = "".join(line.plain + "\n" for line in self._after_body(m))

@@ -17,8 +17,6 @@ direction carries) and the scan goes on from the byte after each of them, so a
 wrong size never swallows the frames behind it.
 """
 
-# cython: language_level=3, boundscheck=False, wraparound=False
-
 import re
 import struct
 from bisect import bisect_left, bisect_right, insort

@@ -1,6 +1,7 @@
 """The session's C-level interface: its events, for the views to read without Python lookups, and the
 session, for the analyzer to call."""
 
+from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.framing cimport Framer
 
 
@@ -15,7 +16,7 @@ cdef class MessageEvent:
     cdef public object ts, first_ts  # capture times of the frame's last and first bytes
     cdef public object stream_offset
     cdef public bytes payload  # the frame after its size prefix: the buffer message offsets point into
-    cdef public object message
+    cdef public Message message
     cdef public MessageEvent request  # a response's, when captured
     cdef public object latency_ms  # a response's, when its request was captured
     cdef public bint inferred, expects_response

@@ -17,14 +17,12 @@ the broker. A captured TCP handshake decides which side is the client; a port
 hint only orders the guesses where the bytes fit either way.
 """
 
-# cython: language_level=3, boundscheck=False, wraparound=False
-
 import struct
 from kafkasniff.protocol import quirks, sasl
 from kafkasniff.protocol.embedded import SASL_AUTHENTICATE
 from kafkasniff.protocol.fields import Malformed
 from kafkasniff.protocol.identify import infer_response
-from kafkasniff.protocol.messages import Message, decode_request, decode_response_for_request, with_fields
+from kafkasniff.protocol.messages import decode_request, decode_response_for_request, with_fields
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
 from kafkasniff.stream.tcp import Endpoint

@@ -18,8 +18,6 @@ their 4-tuple is remembered for `closed_linger` seconds so late ACKs and retrans
 do not open a phantom connection.
 """
 
-# cython: language_level=3, boundscheck=False, wraparound=False
-
 from bisect import bisect_right
 from collections import deque
 from operator import itemgetter
