@@ -249,8 +249,10 @@ def test_lost_segment_inside_a_one_megabyte_fetch_response(tmp_path):
     before = of_stream(events, stream)
     after_lost = before[before.index(fetch) + 1:]
     last = pks[indexes(pks, port_of(client))[-1]]
-    assert tcp_of(last.frame).flags & dpkt.tcp.TH_RST
-    given_up = round(last.ts, 6)  # the hole waits for a retransmission until the client resets
+    assert tcp_of(last.frame).flags == dpkt.tcp.TH_RST
+    # The hole waits for a retransmission until the capture ends: the client's reset carries no
+    # acknowledgement, so it does not say the bytes will not come (they may be reordered after it).
+    given_up = round(pks[-1].ts, 6)
     lost_notices = [
         notice(stream, client, fetch["src"], "s2c", given_up, "partial frame lost in a gap",
                response_offset, lost_offset - response_offset),
@@ -267,6 +269,34 @@ def test_lost_segment_inside_a_one_megabyte_fetch_response(tmp_path):
     # The next Fetch response waited behind the hole; it is delivered, and pairs, when it is given up.
     assert got_stream == before[:before.index(fetch)] + after_lost[:1] + lost_notices + after_lost[1:]
     assert after_lost[1]["latency_ms"] == pytest.approx(102.432)
+
+
+def test_bytes_captured_after_the_reset_that_ends_their_connection_are_decoded(tmp_path):
+    """Packets reordered in the capture: a Fetch response's last segment comes after the client's RST that
+    ends the connection. The reset carries no acknowledgement, so bytes continuing the server's stream may
+    still come, for up to max_wait (10 s) of capture time: they are decoded as if in order. A segment
+    captured later than that is said, not decoded."""
+    events = original("confluent_codecs")
+    fetch = next(e for e in events if e["kind"] == "response" and e["size"] == 1049966)
+    stream, client = fetch["stream"], fetch["dst"]
+    pks = packets("confluent_codecs")
+    connection = indexes(pks, port_of(client))
+    reset = connection[-1]
+    assert tcp_of(pks[reset].frame).flags & dpkt.tcp.TH_RST
+    last_data = max(i for i in connection if not pcapkit.from_client(pks[i], BROKER) and payload_len(pks[i]))
+    reordered = pks[:last_data] + pks[last_data + 1:reset + 1] + [pks[last_data]] + pks[reset + 1:]
+    assert decode(write_pcap(tmp_path / "reordered.pcap", reordered)) == events
+
+    last = tcp_of(pks[last_data].frame)
+    end_offset = last.seq + len(last.data) - tcp_of(pks[connection[1]].frame).seq - 1  # after the SYN-ACK
+    beyond = Packet(pks[reset].ts + 10.5, pcapkit.rewrite(pks[last_data].frame, seq=last.seq + len(last.data),
+                                                         data=b"\x00" * 10))
+    got = decode(write_pcap(tmp_path / "late.pcap", reordered + [beyond]))
+    assert got[:-1] == events
+    assert got[-1] == {"kind": "notice", "ts": round(beyond.ts, 6), "notice": "late",
+                       "text": "bytes beyond the end of the stream, captured after it ended: not decoded",
+                       "stream": stream, "src": client, "dst": fetch["src"], "direction": "s2c",
+                       "stream_offset": end_offset, "size": 10}
 
 
 def test_response_whose_request_was_not_captured_is_inferred(tmp_path):

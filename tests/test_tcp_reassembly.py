@@ -29,6 +29,7 @@ from kafkasniff.stream.tcp import (
     ConnectionOpened,
     Endpoint,
     Gap,
+    LateData,
     StreamData,
     StreamEnd,
     TcpReassembler,
@@ -291,6 +292,8 @@ def summary(events) -> list[tuple]:
             out.append(("gap", e.direction, e.offset, e.size))
         elif isinstance(e, StreamEnd):
             out.append(("end", e.direction, e.reason))
+        elif isinstance(e, LateData):
+            out.append(("late", e.direction, e.offset, e.size))
         else:
             out.append(("open", e.conn.stream, e.client_guess))
     return out
@@ -394,22 +397,69 @@ def test_tick_gives_up_holes_without_traffic():
     assert summary(reassembler.tick(3.5)) == [("gap", A_TO_B, 1, 4), ("data", A_TO_B, 5, b"late")]
 
 
-def test_reset_gives_up_holes_and_ends_the_connection():
+def test_reset_waits_for_the_bytes_that_fill_a_hole_before_it():
+    # Packets reordered in the capture: the bytes filling the client's hole come after the server's reset.
     events = events_of([
         seg(CLIENT, 0, b"ab"),
         seg(CLIENT, 4, b"ef"),
         seg(SERVER, 0, b"r"),
-        seg(SERVER, 1, b"ignored", flags=RST | ACK),
-        seg(CLIENT, 2, b"cd"),  # after the reset: a late segment, not a new connection
+        seg(SERVER, 1, b"ignored", flags=RST | ACK, ack=6),
+        seg(CLIENT, 2, b"cd"),
+        seg(CLIENT, 2, b"cdef"),  # a retransmission after the end: delivered bytes, nothing late
+        seg(CLIENT, 6, b"gh"),  # beyond the end the reset acknowledged: late
     ])
     assert summary(events) == [
         ("open", 0, None),
         ("data", A_TO_B, 0, b"ab"),
         ("data", B_TO_A, 0, b"r"),
-        ("gap", A_TO_B, 2, 2),
+        ("end", B_TO_A, END_RST),
+        ("data", A_TO_B, 2, b"cd"),
         ("data", A_TO_B, 4, b"ef"),
+        ("end", A_TO_B, END_RST),
+        ("end", BOTH, END_RST),
+        ("late", A_TO_B, 6, 2),
+    ]
+
+
+def test_reset_waits_for_the_tail_its_sequence_and_acknowledgement_numbers_show():
+    # The reset's sequence number says the server sent 5 bytes, its acknowledgement that the client sent 3:
+    # the tails of both, captured after the reset, are delivered.
+    events = events_of([
+        seg(CLIENT, 0, b"a"),
+        seg(SERVER, 0, b"xy"),
+        seg(SERVER, 5, flags=RST | ACK, ack=3),
+        seg(SERVER, 2, b"zzz"),
+        seg(CLIENT, 1, b"bc"),
+    ])
+    assert summary(events) == [
+        ("open", 0, None),
+        ("data", A_TO_B, 0, b"a"),
+        ("data", B_TO_A, 0, b"xy"),
+        ("data", B_TO_A, 2, b"zzz"),
+        ("end", B_TO_A, END_RST),
+        ("data", A_TO_B, 1, b"bc"),
+        ("end", A_TO_B, END_RST),
         ("end", BOTH, END_RST),
     ]
+
+
+def test_reset_gives_up_on_missing_bytes_after_the_wait():
+    reassembler = TcpReassembler(max_wait=2.0)
+    for segment in [seg(CLIENT, 0, b"ab", ts=1.0), seg(CLIENT, 4, b"ef", ts=1.0),
+                    seg(SERVER, 0, flags=RST | ACK, ack=6, ts=1.5)]:
+        assert ("end", BOTH, END_RST) not in summary(reassembler.feed(segment))
+    assert reassembler.open_connections == 1
+    assert summary(reassembler.tick(3.0)) == []
+    assert summary(reassembler.tick(3.6)) == [("gap", A_TO_B, 2, 2), ("data", A_TO_B, 4, b"ef"),
+                                              ("end", A_TO_B, END_RST), ("end", BOTH, END_RST)]
+    assert reassembler.open_connections == 0
+
+
+def test_reset_with_nothing_missing_ends_the_connection_at_once():
+    events = events_of([seg(CLIENT, 0, b"ab"), seg(SERVER, 0, b"r"), seg(SERVER, 1, b"why", flags=RST | ACK, ack=2),
+                        seg(CLIENT, 2, b"cd")])
+    assert summary(events) == [("open", 0, None), ("data", A_TO_B, 0, b"ab"), ("data", B_TO_A, 0, b"r"),
+                               ("end", BOTH, END_RST), ("late", A_TO_B, 2, 2)]
 
 
 def test_closed_connections_leave_the_table_and_late_segments_open_nothing():

@@ -49,7 +49,7 @@ WORKER_NICENESS = 10
 # TCP events travel to the workers as tuples of plain values, (event number, kind, content...):
 # pickled in C, with no named tuples to reduce and rebuild (a Python call each), and handed to the
 # Analyzer method of their kind. A direction's own end tells the Analyzer nothing and is not sent.
-_DATA, _OPENED, _GAP, _ENDED = range(4)
+_DATA, _OPENED, _GAP, _ENDED, _LATE = range(5)
 
 
 def _plain(number: int, ev) -> tuple | None:
@@ -62,6 +62,8 @@ def _plain(number: int, ev) -> tuple | None:
         return number, _OPENED, conn.stream, *conn.a, *conn.b, ev.client_guess is not None
     if kind is tcp.Gap:
         return number, _GAP, conn.stream, ev.direction, ev.size, ev.ts
+    if kind is tcp.LateData:
+        return number, _LATE, conn.stream, ev.direction, ev.offset, ev.size, ev.ts
     if ev.direction == tcp.BOTH:
         return number, _ENDED, conn.stream, ev.ts
     return None
@@ -79,6 +81,9 @@ def _handle_plain(analyzer: Analyzer, item: tuple) -> list:
     if kind == _GAP:
         _, _, stream, direction, size, ts = item
         return analyzer.gap(stream, direction, size, ts)
+    if kind == _LATE:
+        _, _, stream, direction, offset, size, ts = item
+        return analyzer.late(stream, direction, offset, size, ts)
     _, _, stream, ts = item
     return analyzer.ended(stream, ts)
 

@@ -13,6 +13,9 @@ from kafkasniff.stream import tcp
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
 from kafkasniff.stream.session import Session
 
+# Ended connections whose sessions are kept, newest first, to name them when bytes of theirs come late.
+ENDED_KEPT = 1024
+
 
 class Analyzer:
     def __init__(self, port_hints: Iterable[int] = (), max_frame: int = DEFAULT_MAX_FRAME,
@@ -21,6 +24,7 @@ class Analyzer:
         self.max_frame = max_frame
         self.tcp = reassembler or tcp.TcpReassembler()
         self.sessions: dict[int, Session] = {}
+        self.ended_sessions: dict[int, Session] = {}  # the last ENDED_KEPT, oldest first
         self.gaps = 0
         self.gap_bytes = 0
 
@@ -53,6 +57,8 @@ class Analyzer:
                 out += self.gap(ev.conn.stream, ev.direction, ev.size, ev.ts)
             elif kind is tcp.StreamEnd and ev.direction == tcp.BOTH:
                 out += self.ended(ev.conn.stream, ev.ts)
+            elif kind is tcp.LateData:
+                out += self.late(ev.conn.stream, ev.direction, ev.offset, ev.size, ev.ts)
         return out
 
     # One method per kind of TCP event, taking its content: parallel decoding sends events as plain values.
@@ -79,4 +85,14 @@ class Analyzer:
     def ended(self, stream: int, ts: float) -> list:
         """Both directions of a connection are over."""
         session = self.sessions.pop(stream, None)
-        return session.end(ts) if session is not None else []
+        if session is None:
+            return []
+        self.ended_sessions[stream] = session
+        if len(self.ended_sessions) > ENDED_KEPT:
+            del self.ended_sessions[next(iter(self.ended_sessions))]
+        return session.end(ts)
+
+    def late(self, stream: int, direction: int, offset: int, size: int, ts: float) -> list:
+        """Bytes of an ended connection beyond its end (see tcp.LateData): said, not decoded."""
+        session = self.ended_sessions.get(stream)
+        return [session.late(direction, offset, size, ts)] if session is not None else []

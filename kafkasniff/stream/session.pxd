@@ -67,6 +67,7 @@ cdef class Session:
     cpdef list data(self, int side, bytes data, double ts)
     cpdef list gap(self, int side, long long size, double ts)
     cpdef list end(self, double ts)
+    cpdef NoticeEvent late(self, int side, long long stream_offset, long long size, double ts)
     cdef list _take(self)
     cdef void _set_roles(self, int client_side)
     cdef void _identify(self, int side, list probed)

@@ -298,6 +298,13 @@ cdef class Session:
             self._release_orphans(None)
         return self._take()
 
+    cpdef NoticeEvent late(self, int side, long long stream_offset, long long size, double ts):
+        """Bytes of `side` beyond where its stream ended, captured after the connection ended: not decoded."""
+        cdef int client = self.client_side if self.client_side != NO_SIDE else self._likely_client_side()
+        return NoticeEvent(self.conn, CLIENT_TO_SERVER if side == client else SERVER_TO_CLIENT, ts, "late",
+                           "bytes beyond the end of the stream, captured after it ended: not decoded",
+                           stream_offset, size)
+
     cdef list _take(self):
         out = self.events
         self.events = []

@@ -13,9 +13,14 @@ waiting too long in capture time, or the connection or capture ends) becomes a G
 and delivery goes on after it. Bytes a snaplen cut left out become a Gap right away.
 
 Every connection ends with exactly one StreamEnd whose direction is BOTH; a direction that
-ends earlier with a FIN gets its own StreamEnd first. Ended connections leave the table;
-their 4-tuple is remembered for `closed_linger` seconds so late ACKs and retransmissions
-do not open a phantom connection.
+ends earlier with a FIN gets its own StreamEnd first. Packets can be reordered in a capture, so
+a RST ends its connection at once only when nothing before it can still come: while its sequence
+number or acknowledgement shows bytes not seen yet, or holes are open, or (without an
+acknowledgement) the other direction's end is unknown, those bytes are still taken, for up to
+`max_wait` capture seconds. A FIN ends its direction once the bytes before it came. Ended connections
+leave the table; their 4-tuple is remembered for `closed_linger` seconds so late ACKs and
+retransmissions do not open a phantom connection, and bytes beyond a direction's end that
+come after it ended are reported as LateData, never delivered.
 """
 
 from bisect import bisect_right
@@ -79,7 +84,16 @@ class StreamEnd(NamedTuple):
     ts: float
 
 
-Event = ConnectionOpened | StreamData | Gap | StreamEnd
+class LateData(NamedTuple):
+    """Bytes beyond the end of a direction that had already ended: not delivered."""
+    conn: TcpConnection
+    direction: int
+    offset: int  # stream offset of the first byte beyond the end
+    size: int
+    ts: float
+
+
+Event = ConnectionOpened | StreamData | Gap | StreamEnd | LateData
 
 _piece_start = itemgetter(0)
 
@@ -108,6 +122,8 @@ cdef class _ConnectionState:
     cdef _HalfStream a_to_b, b_to_a
     cdef tuple keys  # table keys of A_TO_B and B_TO_A segments
     cdef double last_seen
+    cdef bint reset  # a RST came while bytes before it were still missing: ends once they came
+    cdef double reset_at
 
     def __cinit__(self, conn, tuple keys):
         self.conn = conn
@@ -118,8 +134,9 @@ cdef class _ConnectionState:
     cdef inline _HalfStream half(self, int direction):
         return self.a_to_b if direction == 0 else self.b_to_a
 
-    cdef inline bint holds_pending(self):
-        return bool(self.a_to_b.pending) or bool(self.b_to_a.pending)
+    cdef inline bint waits(self):
+        """Holds out-of-order bytes, or waits for the bytes a reset showed missing."""
+        return self.reset or bool(self.a_to_b.pending) or bool(self.b_to_a.pending)
 
 
 cdef class TcpReassembler:
@@ -131,7 +148,7 @@ cdef class TcpReassembler:
     cdef readonly double idle_timeout
     cdef public long long late_segments  # segments of already-ended connections, ignored
     cdef dict _table  # 4-tuple -> (_ConnectionState, direction)
-    cdef dict _closed  # 4-tuple -> capture time it ended
+    cdef dict _closed  # 4-tuple -> (capture time it ended, connection, direction, base, end offset)
     cdef object _closed_order  # deque of (capture time, 4-tuple)
     cdef long long _next_stream
     cdef double _now
@@ -181,10 +198,19 @@ cdef class TcpReassembler:
         key = (src, sport, dst, dport)
         opening = flags & F_SYN and not flags & F_ACK
         entry = self._table.get(key)
+        if entry is not None and (<_ConnectionState>entry[0]).reset and \
+                ts - (<_ConnectionState>entry[0]).reset_at > self.max_wait:
+            self._finish(entry[0], END_RST, events)  # waited long enough for what the reset showed missing
+            entry = None
         if entry is None:
-            if not opening and key in self._closed:
-                self.late_segments += 1
-                return events
+            if not opening:
+                closed = self._closed.get(key)
+                if closed is not None:
+                    self.late_segments += 1
+                    _, conn, direction, base, end = closed
+                    if not flags & F_RST:
+                        _report_late(conn, direction, base, end, seq, len(payload) + missing, ts, events)
+                    return events
             entry = self._open(key, seg, events)
         state, direction = entry
         state.last_seen = ts
@@ -201,7 +227,8 @@ cdef class TcpReassembler:
                 half.base, half.syn_seq = seq, py_seq
 
         if flags & F_RST:  # any payload of a reset is a diagnostic, not stream data
-            self._finish(state, END_RST, events)
+            if not state.reset:
+                self._reset(state, direction, seq, seg.ack if flags & F_ACK else None, events)
             return events
         size = len(payload)
         if size or missing or flags & F_FIN:
@@ -216,13 +243,39 @@ cdef class TcpReassembler:
                 self._accept(state.conn, direction, half, offset, payload, missing, ts, events)
                 if half.has_fin:
                     self._end_direction_at_fin(state, direction, half, events)
-        if state.holds_pending():
+            elif size + missing:
+                _report_late(state.conn, direction, half.base, half.next, seq, size + missing, ts, events)
+        if state.waits():
             self._enforce_bounds(state, events)
-            if state.holds_pending():
+            if state.waits():
                 self._waiting[state] = None
         if ts >= self._next_sweep:
             self._sweep(events)
         return events
+
+    cdef void _reset(self, _ConnectionState state, int direction, long long seq, ack, list events):
+        """A RST from `direction`: its sequence number is where that direction ends; its acknowledgement, when
+        set, how far the other had come, and without one the other's end is unknown. Bytes before an end that
+        were not seen yet may still come later in the capture (packets reordered): wait for them, up to
+        max_wait capture seconds; with nothing missing, end now."""
+        cdef _HalfStream half = state.half(direction), other = state.half(1 - direction)
+        cdef long long sender_end = _offset_of(half, seq)
+        cdef bint other_known = ack is not None or other.ended or other.base == NO_SEQ
+        cdef long long other_end = _offset_of(other, ack) if ack is not None else other.next
+        if sender_end <= half.next and other_known and other_end <= other.next and not state.waits():
+            self._finish(state, END_RST, events)
+            return
+        state.reset = True
+        state.reset_at = self._now
+        if not half.has_fin:
+            half.has_fin = True
+            half.fin = max(sender_end, half.next)
+        if other_known and not other.has_fin:
+            other.has_fin = True
+            other.fin = max(other_end, other.next)
+        self._waiting[state] = None
+        for d in range(2):
+            self._end_direction_at_fin(state, d, state.half(d), events)
 
     def tick(self, double now) -> list:
         """Let capture time pass without traffic (live capture): holes waiting longer than
@@ -356,7 +409,7 @@ cdef class TcpReassembler:
         self._next_sweep = self._now + self._sweep_every
         for state in list(self._waiting):
             self._enforce_bounds(state, events)
-            if not state.holds_pending():
+            if not state.waits():
                 self._waiting.pop(state, None)
 
     cdef void _end_idle(self, list events):
@@ -371,6 +424,9 @@ cdef class TcpReassembler:
         cdef double now = self._now
         cdef _HalfStream half
         cdef int direction
+        if state.reset and now - state.reset_at > self.max_wait:
+            self._finish(state, END_RST, events)
+            return
         for direction in range(2):
             half = state.half(direction)
             while half.pending and (
@@ -382,9 +438,9 @@ cdef class TcpReassembler:
     cdef void _end_direction_at_fin(self, _ConnectionState state, int direction, _HalfStream half, list events):
         if half.has_fin and not half.ended and half.next >= half.fin and not half.pending:
             half.ended = True
-            events.append(StreamEnd(state.conn, direction, END_FIN, self._now))
+            events.append(StreamEnd(state.conn, direction, END_RST if state.reset else END_FIN, self._now))
             if state.half(1 - direction).ended:
-                self._finish(state, END_FIN, events)
+                self._finish(state, END_RST if state.reset else END_FIN, events)
 
     cdef void _finish(self, _ConnectionState state, str reason, list events):
         """End the connection: give up on its holes, report it ended, drop it from the table."""
@@ -393,7 +449,9 @@ cdef class TcpReassembler:
         conn, now = state.conn, self._now
         cdef _HalfStream half
         cdef int direction
-        if reason == END_CAPTURE and state.a_to_b.has_fin and state.b_to_a.has_fin:
+        if reason == END_CAPTURE and state.reset:
+            reason = END_RST  # only bytes the reset showed missing kept it waiting
+        elif reason == END_CAPTURE and state.a_to_b.has_fin and state.b_to_a.has_fin:
             reason = END_FIN  # both sides closed; only holes kept it waiting
         for direction in range(2):
             half = state.half(direction)
@@ -406,12 +464,13 @@ cdef class TcpReassembler:
                     events.append(Gap(conn, direction, half.next, half.fin - half.next, now))
                     half.next = half.fin
                 half.ended = True
-                events.append(StreamEnd(conn, direction, END_FIN, now))
+                events.append(StreamEnd(conn, direction, END_RST if state.reset else END_FIN, now))
         events.append(StreamEnd(conn, BOTH, reason, now))
         self._waiting.pop(state, None)
-        for key in state.keys:
+        for direction in range(2):
+            key, half = state.keys[direction], state.half(direction)
             del self._table[key]
-            self._closed[key] = now
+            self._closed[key] = (now, conn, direction, half.base, half.next)
             self._closed_order.append((now, key))
         self._forget_old_closed(now)
 
@@ -419,8 +478,30 @@ cdef class TcpReassembler:
         order, closed = self._closed_order, self._closed
         while order and now - order[0][0] > self.closed_linger:
             ended_at, key = order.popleft()
-            if closed.get(key) == ended_at:  # not closed again since
+            if closed[key][0] == ended_at:  # not closed again since
                 del closed[key]
+
+
+cdef long long _offset_of(_HalfStream half, long long seq):
+    """Stream offset of a sequence number near the direction's next byte (its next byte while the
+    direction's start is unknown)."""
+    if half.base == NO_SEQ:
+        return half.next
+    cdef long long rel = (seq - half.base - half.next) % SEQ_MOD
+    return half.next + (rel - SEQ_MOD if rel >= SEQ_HALF else rel)
+
+
+cdef void _report_late(conn, int direction, long long base, long long end, long long seq, long long size,
+                       double ts, list events):
+    """A segment of a direction that ended at `end`: its bytes beyond the end are LateData (bytes before it
+    are retransmissions of delivered ones)."""
+    if base == NO_SEQ or size <= 0:
+        return
+    cdef long long rel = (seq - base - end) % SEQ_MOD
+    cdef long long offset = end + (rel - SEQ_MOD if rel >= SEQ_HALF else rel)
+    cdef long long start = max(offset, end)
+    if offset + size > start:
+        events.append(LateData(conn, direction, start, offset + size - start, ts))
 
 
 def _stream_number(_ConnectionState state):
