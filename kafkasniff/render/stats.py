@@ -1,4 +1,5 @@
-"""`--stats`: counts, bytes, latencies and errors per API, topic and client id.
+"""`--stats`: counts, bytes, latencies and errors per API, topic and client id; consumer lag and
+produce-to-fetch latency (kafkasniff.analyses).
 
 Computed as events go by, in memory that does not grow with the number of
 messages: counters per API, topic and client id, and per API a latency
@@ -15,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
+from kafkasniff.analyses.insight import Insight
+from kafkasniff.render.insight import lag_tables, latency_table
 from kafkasniff.render.values import error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent
 
@@ -64,6 +67,7 @@ class Stats:
         self.sasl_tokens = 0
         self.notices: Counter[str] = Counter()
         self.bytes: Counter[str] = Counter()
+        self.insight = Insight(samples=False)  # consumer lag and produce-to-fetch latency
 
     def observe(self, ev, topics: dict[str, list] | None = None) -> None:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
@@ -77,6 +81,7 @@ class Stats:
         elif kind is MessageEvent:
             self.bytes["messages"] += FRAME_PREFIX + ev.message.size
             self._message(ev, topics or {})
+            self.insight.observe(ev)
 
     def byte_totals(self) -> dict[str, int]:
         """Bytes captured, and where they went (every kind, zeros too)."""
@@ -134,6 +139,8 @@ class Stats:
             "sasl_tokens": self.sasl_tokens,
             "notices": dict(sorted(self.notices.items())),
             "bytes": self.byte_totals(),
+            "lag": self.insight.lag.to_json(),
+            "end_to_end": self.insight.lag.latency.to_json(),
         }
 
 
@@ -166,7 +173,8 @@ def stats_tables(stats: Stats) -> list[Table]:
     clients = _table("per client id", ("client id", "requests", "bytes", "responses with errors"), 1)
     for cid, c in sorted(stats.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
         clients.add_row(Text("(null)" if cid is None else cid), f"{c.requests:,}", f"{c.bytes:,}", f"{c.errors:,}")
-    return [apis, topics, clients]
+    lag = stats.insight.lag
+    return [apis, topics, clients, *lag_tables(lag), *filter(None, [latency_table(lag)])]
 
 
 def print_stats(stats: Stats, out: TextIO) -> None:
