@@ -27,11 +27,13 @@ class LatencyHistogram:
         self.count = 0
         self.min = math.inf
         self.max = -math.inf
+        self.total = 0.0  # the sum of the latencies (Prometheus histograms give it)
 
     def add(self, ms: float, times: int = 1) -> None:
         """One latency, or `times` equal ones (records of a batch)."""
         ms = max(ms, 0.0)  # capture clocks can step back; a negative latency means "no time"
         self.count += times
+        self.total += ms * times
         self.min = min(self.min, ms)
         self.max = max(self.max, ms)
         self.buckets[self._bucket(ms)] += times
@@ -45,6 +47,19 @@ class LatencyHistogram:
         if bucket < 0:
             return self.FLOOR_MS / 2
         return self.FLOOR_MS * self.RATIO ** (bucket + 0.5)
+
+    def upper_bound(self, bucket: int) -> float:
+        """The largest latency (ms) the bucket holds."""
+        return self.FLOOR_MS if bucket < 0 else self.FLOOR_MS * self.RATIO ** (bucket + 1)
+
+    def since(self, before: Counter) -> LatencyHistogram:
+        """The latencies added since the buckets were `before` (a copy of `buckets`): a window's histogram,
+        its percentiles clamped to this one's minimum and maximum."""
+        window = LatencyHistogram()
+        window.buckets = self.buckets - before
+        window.count = sum(window.buckets.values())
+        window.min, window.max = self.min, self.max
+        return window
 
     def percentile(self, p: float) -> float | None:
         if not self.count:
