@@ -158,7 +158,6 @@ class GroupTracker:
     def __init__(self, topic_names: TopicNames | None = None):
         self.topic_names = topic_names or TopicNames()
         self.groups: dict[str, Group] = {}
-        self.changes = 0  # generations formed so far: lets a live view tell when to look again
         self.version = 0  # grows with every change of a generation or assignment (owner's index is remade)
         self._owners: dict[tuple, set[str]] = {}   # (topic, partition, client id, ip) -> groups
         self._members: dict[tuple, set[str]] = {}  # (client id, ip) -> groups
@@ -226,7 +225,6 @@ class GroupTracker:
         gen = group.by_id.get(number)
         if gen is None:
             gen = group.form(number, "classic", ev.ts)
-            self.changes += 1
         gen.protocol_type = response.get("protocol_type") or request.get("protocol_type")
         gen.assignor = response.get("protocol_name") or gen.assignor
         gen.leader = response.get("leader") or gen.leader
@@ -357,7 +355,6 @@ class GroupTracker:
         if gen is None or epoch > gen.generation:
             gen = group.form(epoch, PROTOCOLS[ev.message.api_key], ev.ts)
             gen.assignor = request.get("server_assignor")
-            self.changes += 1
             for mid in group.current:
                 gen.members[mid] = group.member(mid).assignment
                 gen.subscriptions[mid] = group.member(mid).subscription

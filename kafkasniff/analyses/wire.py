@@ -17,15 +17,8 @@ class Partition(NamedTuple):
     topic: str | None       # the name; an id the capture never named stays the id
     partition: int
     facts: dict             # the partition's fixed-width fields by snake_case name (walker.partition_facts)
-    batches: list | None    # walker.BATCH_FACTS tuples of its record batches
-
-
-class Batch(NamedTuple):
-    base_offset: int
-    last_offset_delta: int
-    record_count: int
-    is_control: bool
-    max_timestamp: int
+    batches: list | None    # walker.BATCH_FACTS tuples of its record batches: (base offset, last offset
+                            # delta, record count, is control, max timestamp)
 
 
 def body(ev: MessageEvent) -> dict | None:
