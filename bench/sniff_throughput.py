@@ -85,10 +85,24 @@ def kafkasniff_command(given: str | None = None) -> list[str]:
 KAFKASNIFF: str | None = None  # --kafkasniff
 
 
+def view_args(view: str) -> list[str]:
+    """The sniff options of a view: `top` is the --top dashboard, `metrics` the one-line view with
+    --metrics-port (on a free port) and its counters."""
+    if view == "json":
+        return ["--json"]
+    if view == "top":
+        return ["--top"]
+    if view == "metrics":
+        from broker import free_port
+
+        return ["--metrics-port", str(free_port())]
+    return []
+
+
 def start_sniffer(ports: list[int], view: str, buffer_mib: int) -> subprocess.Popen:
     port_args = [arg for port in ports for arg in ("--port", str(port))]
     sniffer = subprocess.Popen(
-        [*kafkasniff_command(KAFKASNIFF), "sniff", "-i", "lo", *port_args, *(["--json"] if view == "json" else []),
+        [*kafkasniff_command(KAFKASNIFF), "sniff", "-i", "lo", *port_args, *view_args(view),
          "-B", str(buffer_mib)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ready = sniffer.stderr.readline()
@@ -515,8 +529,9 @@ def producer_main(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("captures", type=Path, nargs="*", help="replay mode: captures to replay")
-    parser.add_argument("--view", nargs="+", choices=("json", "line"), default=None,
-                        help="json decodes every record; line decodes headers only "
+    parser.add_argument("--view", nargs="+", choices=("json", "line", "top", "metrics"), default=None,
+                        help="json decodes every record; line decodes headers only; top is the --top "
+                             "dashboard; metrics the one-line view serving --metrics-port "
                              "(replay default: both; producer default: json)")
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="replay: seconds per trial; producer: how long the producer runs")

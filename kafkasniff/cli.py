@@ -15,6 +15,8 @@ from kafkasniff.protocol.schema import apis, version_range
 LAZY_COMMANDS = {
     "decode": ("kafkasniff.commands.decode", "decode_command"),
     "sniff": ("kafkasniff.commands.sniff", "sniff_command"),
+    "groups": ("kafkasniff.commands.insight", "groups_command"),
+    "lag": ("kafkasniff.commands.insight", "lag_command"),
     "spark": ("kafkasniff.commands.spark", "spark_command"),
     "report": ("kafkasniff.commands.spark", "report_command"),
 }

@@ -379,3 +379,330 @@ def consume_aiokafka(bootstrap: str, topic: str, count: int) -> list[Consumed]:
             await consumer.stop()
 
     return asyncio.run(run())
+
+
+# --- consumer groups whose membership changes -------------------------------
+
+GROUP_POLL_S = 0.2
+SETTLE_TIMEOUT_S = 60.0
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass
+class MemberReport:
+    """What one consumer of a group said about itself: every assignment its rebalance callback was given, in
+    order; at the end, the committed offset and the position of each partition it held then; what it read."""
+
+    client_id: str
+    assignments: list[list[TopicPartitionKey]]
+    committed: dict[TopicPartitionKey, int]
+    positions: dict[TopicPartitionKey, int]
+    consumed: list[Consumed]
+
+
+class GroupMember:
+    """A consumer of a group in a thread of its own (client libraries are not thread-safe): it subscribes,
+    polls, commits what each poll returned before the next, and leaves the group when stopped (close() sends
+    LeaveGroup). Subclasses drive one client library."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str, client_id: str):
+        import threading
+
+        self.bootstrap, self.topic, self.group_id = bootstrap, topic, group_id
+        self.report = MemberReport(client_id, [], {}, {}, [])
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name=f"member-{client_id}", daemon=True)
+
+    def start(self) -> GroupMember:
+        self._thread.start()
+        return self
+
+    def stop(self) -> MemberReport:
+        self._stop.set()
+        self._thread.join(SETTLE_TIMEOUT_S)
+        if self._failure:
+            raise self._failure[0]
+        return self.report
+
+    @property
+    def assignment(self) -> list[TopicPartitionKey] | None:
+        """The latest assignment, or None before the first."""
+        with self._lock:
+            return list(self.report.assignments[-1]) if self.report.assignments else None
+
+    @property
+    def consumed(self) -> int:
+        with self._lock:
+            return len(self.report.consumed)
+
+    def assigned(self, partitions) -> None:
+        with self._lock:
+            self.report.assignments.append(sorted((tp[0], tp[1]) for tp in partitions))
+
+    def read(self, records: list[Consumed]) -> None:
+        with self._lock:
+            self.report.consumed += records
+
+    def _run(self) -> None:
+        try:
+            self.run(self._stop)
+        except BaseException as error:  # for stop() to raise in the thread that waits
+            self._failure.append(error)
+
+    def run(self, stop) -> None:
+        raise NotImplementedError
+
+
+class KafkaPythonMember(GroupMember):
+    def run(self, stop) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                pass
+
+            def on_partitions_assigned(self, assigned):
+                member.assigned((tp.topic, tp.partition) for tp in assigned)
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group_id,
+                                 client_id=self.report.client_id, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", session_timeout_ms=GROUP_SESSION_TIMEOUT_MS,
+                                 heartbeat_interval_ms=1000)
+        try:
+            consumer.subscribe([self.topic], listener=Listener())
+            while not stop.is_set():
+                polled = consumer.poll(timeout_ms=int(GROUP_POLL_S * 1000))
+                records = [Consumed(r.topic, r.partition, r.offset, r.key, r.value, tuple(r.headers))
+                           for batch in polled.values() for r in batch]
+                if records:
+                    consumer.commit()
+                    self.read(records)
+            held = sorted(consumer.assignment())
+            self.report.committed = {(tp.topic, tp.partition): consumer.committed(tp) for tp in held}
+            self.report.positions = {(tp.topic, tp.partition): consumer.position(tp) for tp in held}
+        finally:
+            consumer.close()
+
+
+class ConfluentMember(GroupMember):
+    def run(self, stop) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(_confluent_base(self.bootstrap) | {
+            "group.id": self.group_id, "client.id": self.report.client_id, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "session.timeout.ms": GROUP_SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": 1000, "fetch.wait.max.ms": 100})
+        try:
+            consumer.subscribe([self.topic], on_assign=lambda _, partitions: self.assigned(
+                (tp.topic, tp.partition) for tp in partitions))
+            while not stop.is_set():
+                records = [Consumed(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
+                                    tuple(m.headers() or ()))
+                           for m in consumer.consume(100, GROUP_POLL_S) if not m.error()]
+                if records:
+                    consumer.commit(asynchronous=False)
+                    self.read(records)
+            held = consumer.assignment()
+            self.report.committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(held, 10)}
+            self.report.positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(held)}
+        finally:
+            consumer.close()
+
+
+class AiokafkaMember(GroupMember):
+    def run(self, stop) -> None:
+        asyncio.run(self._run_async(stop))
+
+    async def _run_async(self, stop) -> None:
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked):
+                pass
+
+            async def on_partitions_assigned(self, assigned):
+                member.assigned((tp.topic, tp.partition) for tp in assigned)
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group_id,
+                                    client_id=self.report.client_id, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", session_timeout_ms=GROUP_SESSION_TIMEOUT_MS,
+                                    heartbeat_interval_ms=1000)
+        await consumer.start()
+        try:
+            consumer.subscribe([self.topic], listener=Listener())
+            while not stop.is_set():
+                polled = await consumer.getmany(timeout_ms=int(GROUP_POLL_S * 1000))
+                records = [Consumed(r.topic, r.partition, r.offset, r.key, r.value, tuple(r.headers))
+                           for batch in polled.values() for r in batch]
+                if records:
+                    await consumer.commit()
+                    self.read(records)
+            held = sorted(consumer.assignment())
+            self.report.committed = {(tp.topic, tp.partition): await consumer.committed(tp) for tp in held}
+            self.report.positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in held}
+        finally:
+            await consumer.stop()
+
+
+GROUP_MEMBERS = {"kafka-python": KafkaPythonMember, "confluent-kafka": ConfluentMember, "aiokafka": AiokafkaMember}
+
+
+def _wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def _settled(members: list[GroupMember], partitions: set[TopicPartitionKey]) -> bool:
+    """Every member holds an assignment of its own and together they hold every partition once."""
+    held = [member.assignment for member in members]
+    if any(not assignment for assignment in held):
+        return False
+    flat = [tp for assignment in held for tp in assignment]
+    return len(flat) == len(set(flat)) and set(flat) == partitions
+
+
+@dataclass(frozen=True)
+class RebalanceSession:
+    produced: list[Delivered]
+    members: list[MemberReport]  # in the order they joined
+    phases: list[dict]           # what each phase did and the assignment the clients settled on
+
+
+def group_rebalance_session(client: str, bootstrap: str, topic: str, group_id: str, produce,
+                            messages_per_phase: list[list[Message]], partitions: int = 3) -> RebalanceSession:
+    """A group of `client` consumers whose membership changes: the first joins, a second and a third join,
+    then the second leaves. After each change the group settles (every member holds partitions, together all
+    of them, once), then `produce` sends that phase's messages and the members read them all, committing as
+    they go, so no record is unread or uncommitted when membership changes next. Consumers are named
+    `{client}-c1`, `-c2`, `-c3` (their client ids)."""
+    make = GROUP_MEMBERS[client]
+    all_partitions = {(topic, p) for p in range(partitions)}
+    live: list[GroupMember] = []
+    everyone: list[GroupMember] = []
+    produced: list[Delivered] = []
+    phases = []
+    steps = [("join", 1), ("join", 2), ("join", 3), ("leave", 2)]
+    try:
+        for (action, number), messages in zip(steps, messages_per_phase, strict=True):
+            client_id = f"{client}-c{number}"
+            if action == "join":
+                member = make(bootstrap, topic, group_id, client_id).start()
+                live.append(member)
+                everyone.append(member)
+            else:
+                leaving = next(m for m in live if m.report.client_id == client_id)
+                live.remove(leaving)
+                leaving.stop()
+            _wait_until(lambda: _settled(live, all_partitions), f"the group to settle after {client_id} {action}s")
+            produced += produce(bootstrap, topic, messages)
+            _wait_until(lambda: sum(m.consumed for m in everyone) == len(produced),
+                        f"every record of phase {len(phases) + 1} to be read")
+            phases.append({"action": action, "member": client_id,
+                           "assignment": {m.report.client_id: m.assignment for m in live}})
+    finally:
+        for member in live:
+            member.stop()
+    return RebalanceSession(produced, [m.report for m in everyone], phases)
+
+
+# --- a consumer falling behind a producer -----------------------------------
+
+@dataclass
+class LagSession:
+    produced: list[Delivered]
+    slow: MemberReport
+    slow_polls: list[dict[TopicPartitionKey, tuple[int, int | None]]]  # after each poll: (position, highwater)
+    end_offsets: dict[TopicPartitionKey, int]  # the slow consumer's end_offsets() once everything was read
+    fast: MemberReport
+
+
+def lag_session(bootstrap: str, topic: str, slow_group: str, fast_group: str, rounds: list[list[Message]],
+                round_gap_s: float = 0.2, slow_poll_gap_s: float = 0.25) -> LagSession:
+    """A kafka-python producer sends `rounds` of messages `round_gap_s` apart (one flush, so one batch per
+    partition, per round) once two groups reading the topic hold its partitions. `slow_group`'s kafka-python
+    consumer returns at most 5 records per poll and waits `slow_poll_gap_s` between polls, and fetches a
+    partition again only once it has returned what it fetched of it: it falls behind. `fast_group`'s
+    confluent-kafka consumer keeps up. Both commit after each poll and read to the end; then the slow one
+    asks for the end offsets (ListOffsets)."""
+    import threading
+
+    from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
+
+    fast = ConfluentMember(bootstrap, topic, fast_group, "lag-fast").start()
+    slow_report = MemberReport("lag-slow", [], {}, {}, [])
+    polls: list[dict] = []
+    ends: dict = {}
+    everything_sent = threading.Event()
+    produced: list[Delivered] = []
+    failure: list[BaseException] = []
+
+    slow_assigned = threading.Event()
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            pass
+
+        def on_partitions_assigned(self, assigned):
+            slow_report.assignments.append(sorted((tp.topic, tp.partition) for tp in assigned))
+            slow_assigned.set()
+
+    def read_slowly() -> None:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=slow_group, client_id="lag-slow",
+                                 enable_auto_commit=False, auto_offset_reset="earliest",
+                                 session_timeout_ms=GROUP_SESSION_TIMEOUT_MS, heartbeat_interval_ms=1000,
+                                 max_poll_records=5)
+        try:
+            consumer.subscribe([topic], listener=Listener())
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+            while time.monotonic() < deadline and not (
+                    everything_sent.is_set() and len(slow_report.consumed) == len(produced)):
+                polled = consumer.poll(timeout_ms=int(GROUP_POLL_S * 1000))
+                records = [Consumed(r.topic, r.partition, r.offset, r.key, r.value, tuple(r.headers))
+                           for batch in polled.values() for r in batch]
+                if records:
+                    consumer.commit()
+                    slow_report.consumed.extend(records)
+                    held = sorted(consumer.assignment())
+                    polls.append({(tp.topic, tp.partition): (consumer.position(tp), consumer.highwater(tp))
+                                  for tp in held})
+                    time.sleep(slow_poll_gap_s)
+            held = sorted(consumer.assignment())
+            slow_report.committed = {(tp.topic, tp.partition): consumer.committed(tp) for tp in held}
+            slow_report.positions = {(tp.topic, tp.partition): consumer.position(tp) for tp in held}
+            ends.update({(tp.topic, tp.partition): offset for tp, offset in consumer.end_offsets(held).items()})
+        except BaseException as error:
+            failure.append(error)
+        finally:
+            consumer.close()
+
+    slow = threading.Thread(target=read_slowly, name="lag-slow", daemon=True)
+    slow.start()
+    _wait_until(lambda: slow_assigned.is_set() and fast.assignment, "both consumers to be assigned partitions")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="lag-producer", linger_ms=round_gap_s * 1000)
+    try:
+        for messages in rounds:
+            futures = [(m, producer.send(topic, value=m.value, key=m.key, headers=list(m.headers),
+                                         partition=m.partition)) for m in messages]
+            producer.flush()
+            for message, future in futures:
+                metadata = future.get(timeout=10)
+                produced.append(Delivered(topic, metadata.partition, metadata.offset, message))
+            time.sleep(round_gap_s)
+    finally:
+        producer.close()
+        everything_sent.set()
+    slow.join(SETTLE_TIMEOUT_S + 10)
+    _wait_until(lambda: fast.consumed == len(produced), "the fast consumer to read everything")
+    fast_report = fast.stop()
+    if failure:
+        raise failure[0]
+    return LagSession(produced, slow_report, polls, ends, fast_report)

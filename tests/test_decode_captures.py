@@ -25,6 +25,8 @@ UNANSWERED = {
     "confluent_codecs": {(8, "Metadata", 11)},
     "consumer_group": {(3, "Fetch", 12)},
     "port_19092": {(8, "Metadata", 10)},
+    "consumer_lag": {(5, "Metadata", 122)},
+    "rebalance_confluent_kafka": {(2, "Metadata", 53), (12, "Metadata", 22)},
 }
 
 
@@ -177,7 +179,10 @@ def test_fetched_records_equal_what_was_produced_and_consumed(name):
 # Record batches per capture, produced and fetched, control batches included (tshark 4.0, which
 # reads aiokafka's Produce v7 and Fetch v11, also counts 30 batch CRCs in aiokafka_codecs.pcap).
 BATCHES = {"admin": 0, "aiokafka_codecs": 30, "confluent_codecs": 32, "consumer_group": 6,
-           "kafka_python_api_versions": 20, "kafka_python_codecs": 30, "port_19092": 8, "transactions": 36}
+           "kafka_python_api_versions": 20, "kafka_python_codecs": 30, "port_19092": 8, "transactions": 36,
+           # produced once, fetched by each group that reads it (in rebalance_aiokafka one batch is fetched twice)
+           "consumer_lag": 120, "rebalance_aiokafka": 25, "rebalance_confluent_kafka": 24,
+           "rebalance_kafka_python": 24}
 
 
 @pytest.mark.parametrize("name", CAPTURES)

@@ -126,6 +126,7 @@ CAPTURES = capture_names()
 PRODUCED_PER_SCENARIO = {
     "kafka_python_codecs": 40, "confluent_codecs": 41, "aiokafka_codecs": 40, "consumer_group": 6,
     "admin": 0, "transactions": 12, "kafka_python_api_versions": 20, "port_19092": 6,
+    "rebalance_kafka_python": 24, "rebalance_confluent_kafka": 24, "rebalance_aiokafka": 24, "consumer_lag": 200,
 }
 
 

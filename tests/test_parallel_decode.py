@@ -34,7 +34,7 @@ def test_workers_write_what_one_process_writes(view, jobs):
     single = run(*view, "-j", "1", *ALL_CAPTURES)
     shared = run(*view, "-j", jobs, *ALL_CAPTURES)
     assert shared == single
-    assert len(single.splitlines()) == 820  # 52 + 115 + 205 + 61 + 94 + 100 + 59 + 134 messages
+    assert len(single.splitlines()) == 2229  # 52 + 115 + 205 + 61 + 525 + 94 + 100 + 59 + 272 + 396 + 216 + 134 messages
 
 
 @pytest.mark.parametrize("filters", [

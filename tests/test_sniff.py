@@ -314,3 +314,52 @@ def test_no_permission_to_capture_says_how_to_get_it(who, tmp_path):
     done = run_sniff("-i", "lo", "-w", str(pcap_path), prefix=prefix)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", PERMISSION_LINE + "\n")
     assert not pcap_path.exists()
+
+
+def scrape(port: int) -> dict[tuple, float]:
+    """The samples of http://127.0.0.1:PORT/metrics, by (name, sorted labels)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_port_serves_what_the_sniffer_decodes_and_top_shows_it(broker, unique_name, tmp_path):
+    """A consumer group reads what a producer sent, with `sniff --metrics-port` (one-line view on standard
+    output) and `sniff --top` watching: the scrape counts the messages the one-line view showed, the lag
+    and generation of the group, and the dashboard's last screen shows the same traffic."""
+    topic, group = unique_name(), unique_name("metrics-group")
+    broker.create_topic(topic, partitions=1)
+    port = free_port()
+    lines = tmp_path / "lines.txt"
+    metered = Sniffer(["-i", "lo", "--port", str(broker.port), "--metrics-port", str(port)], lines).wait_ready()
+    top = Sniffer(["-i", "lo", "--port", str(broker.port), "--top"], tmp_path / "top.txt").wait_ready()
+    produce_kafka_python(broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(5)])
+    session = group_session_kafka_python(broker.bootstrap, topic, group, 5)
+    assert len(session.consumed) == 5
+    assert wait_for(lambda: any(words[5:8:2] == ["LeaveGroup", "response"]
+                                for words in map(str.split, lines.read_text().splitlines())))
+    time.sleep(0.5)  # the client's last requests after leaving
+    metrics = scrape(port)
+    shown = [line.split() for line in lines.read_text().splitlines()]
+    for api in ("Produce", "Fetch", "JoinGroup", "OffsetCommit"):
+        requests = sum(1 for words in shown if words[5] == api and words[7] == "request")
+        responses = sum(1 for words in shown if words[5] == api and words[7] == "response")
+        assert requests > 0
+        assert metrics["kafkasniff_requests_total", (("api", api),)] == requests
+        assert metrics["kafkasniff_latency_seconds_count", (("api", api),)] == responses
+    assert metrics["kafkasniff_topic_records_total", (("direction", "produced"), ("topic", topic))] == 5
+    assert metrics["kafkasniff_topic_records_total", (("direction", "fetched"), ("topic", topic))] == 5
+    assert metrics["kafkasniff_generations_total", (("group", group),)] == 1
+    assert metrics["kafkasniff_consumer_lag", (("consumer", group), ("partition", "0"), ("topic", topic))] == 0
+    assert metrics["kafkasniff_committed_lag", (("group", group), ("partition", "0"), ("topic", topic))] == 0
+    assert metrics["kafkasniff_end_to_end_latency_seconds_count", (("topic", topic),)] == 5
+    assert metered.finish() == 0 and top.finish() == 0
+    assert metered.summary()[3] == top.summary()[3] == 0
+    screen = (tmp_path / "top.txt").read_text()
+    assert "kafkasniff --top:" in screen and "rebalances" in screen
+    assert [group, "│", topic, "│", "0", "│", "0"] in [line.split()[:7] for line in screen.splitlines()]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from kafkasniff.capture.files import open_capture
 from kafkasniff.cli import main
-from kafkasniff.render.stats import LatencyHistogram
+from kafkasniff.analyses.histogram import LatencyHistogram
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 

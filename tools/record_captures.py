@@ -101,9 +101,10 @@ class Scenario:
     name: str
     summary: str
     run: Callable[[str, Recording], None]
-    topics: tuple[str, ...] = ()  # created (3 partitions) before tcpdump starts
+    topics: tuple[str, ...] = ()  # created (with `partitions` partitions) before tcpdump starts
     prepare: Callable[[str], None] | None = None  # runs before tcpdump starts
     port: int = STANDARD_PORT
+    partitions: int = 3
 
 
 # --- scenarios --------------------------------------------------------------
@@ -212,6 +213,70 @@ def run_other_port(bootstrap: str, recording: Recording) -> None:
         recording.add_consumed(client, consume(bootstrap, topic, len(messages)))
 
 
+REBALANCE_PRODUCERS = {"kafka-python": clients.produce_kafka_python, "confluent-kafka": clients.produce_confluent,
+                       "aiokafka": clients.produce_aiokafka}
+REBALANCE_MESSAGES_PER_PHASE = 6
+
+
+def rebalance_messages(client: str) -> list[list[Message]]:
+    """Two messages per partition for each phase of a rebalance session (join, join, join, leave)."""
+    return [[Message(f"phase-{phase}-{i}".encode(), f"{client} rebalance phase {phase} record {i}".encode(),
+                     (("phase", str(phase).encode()),), i % 3) for i in range(REBALANCE_MESSAGES_PER_PHASE)]
+            for phase in range(1, 5)]
+
+
+def _pairs(offsets: dict[tuple[str, int], int]) -> list[list]:
+    return [[topic, partition, offset] for (topic, partition), offset in sorted(offsets.items())]
+
+
+def _member_notes(report: clients.MemberReport) -> dict:
+    return {"assignments": [[list(tp) for tp in assignment] for assignment in report.assignments],
+            "committed": _pairs(report.committed), "positions": _pairs(report.positions),
+            "records_read": len(report.consumed)}
+
+
+def run_rebalance(client: str) -> Callable[[str, Recording], None]:
+    def run(bootstrap: str, recording: Recording) -> None:
+        topic = group_id = f"rebalance-{client}"
+        session = clients.group_rebalance_session(client, bootstrap, topic, group_id, REBALANCE_PRODUCERS[client],
+                                                  rebalance_messages(client))
+        recording.add_produced(client, session.produced)
+        for report in session.members:
+            recording.add_consumed(client, report.consumed)
+        recording.notes["group"] = {
+            "group_id": group_id,
+            "session_timeout_ms": clients.GROUP_SESSION_TIMEOUT_MS,
+            "phases": [{"action": phase["action"], "member": phase["member"],
+                        "assignment": {member: [list(tp) for tp in held]
+                                       for member, held in phase["assignment"].items()}}
+                       for phase in session.phases],
+            "members": {report.client_id: _member_notes(report) for report in session.members},
+        }
+    return run
+
+
+LAG_TOPIC = "lag-topic"
+LAG_ROUNDS, LAG_PER_ROUND = 20, 10
+
+
+def run_consumer_lag(bootstrap: str, recording: Recording) -> None:
+    rounds = [[Message(f"round-{r}-{i}".encode(), f"lag round {r} record {i}".encode(), (), i % 2)
+               for i in range(LAG_PER_ROUND)] for r in range(LAG_ROUNDS)]
+    session = clients.lag_session(bootstrap, LAG_TOPIC, "lag-slow", "lag-fast", rounds)
+    recording.add_produced("kafka-python", session.produced)
+    recording.add_consumed("kafka-python", session.slow.consumed)
+    recording.clients.add("confluent-kafka")
+    recording.notes["lag"] = {
+        "slow": {"group_id": "lag-slow", **_member_notes(session.slow),
+                 "polls": [[[topic, partition, position, highwater]
+                            for (topic, partition), (position, highwater) in sorted(poll.items())]
+                           for poll in session.slow_polls],
+                 "end_offsets": _pairs(session.end_offsets)},
+        "fast": {"group_id": "lag-fast", **_member_notes(session.fast)},
+        "consumed": "the slow consumer's records; the fast one read each of them too (records_read)",
+    }
+
+
 SCENARIOS = (
     Scenario("kafka_python_codecs", "kafka-python producer and consumer, one topic per codec "
              "(none, gzip, snappy, lz4, zstd)", run_kafka_python_codecs, codec_topics("kafka-python")),
@@ -234,6 +299,13 @@ SCENARIOS = (
     Scenario(f"port_{OTHER_PORT}", f"broker on port {OTHER_PORT}: kafka-python and confluent-kafka, gzip",
              run_other_port, (f"port-{OTHER_PORT}-kafka-python", f"port-{OTHER_PORT}-confluent-kafka"),
              port=OTHER_PORT),
+    *(Scenario(f"rebalance_{client.replace('-', '_')}", f"{client} consumer group whose membership changes: a first "
+               "consumer joins, a second and a third join, the second leaves; records produced and read, commits, "
+               "between the changes", run_rebalance(client), (f"rebalance-{client}",))
+      for client in REBALANCE_PRODUCERS),
+    Scenario("consumer_lag", "a kafka-python consumer falling behind a kafka-python producer (group lag-slow) while "
+             "a confluent-kafka consumer keeps up (group lag-fast); commits, then end offsets",
+             run_consumer_lag, (LAG_TOPIC,), partitions=2),
 )
 
 
@@ -254,7 +326,7 @@ def record(scenario: Scenario, directory: Path, broker_software: str) -> dict:
     recording = Recording()
     with TansuBroker(port=scenario.port) as broker:
         for topic in scenario.topics:
-            broker.create_topic(topic, partitions=3)
+            broker.create_topic(topic, partitions=scenario.partitions)
         if scenario.prepare:
             scenario.prepare(broker.bootstrap)
         with Tcpdump(pcap, scenario.port) as dump:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from kafkasniff.capture.live import LiveCapture
 
 DEFAULT_PORT = 9092
+TOP_REFRESH_S = 1.0
+REFRESH_CHECK_FRAMES = 256  # under load, frames between looks at the clock for the next --top refresh
 
 
 @click.command("sniff")
@@ -35,9 +37,13 @@ DEFAULT_PORT = 9092
               help="Stop after this many seconds.")
 @click.option("-B", "--buffer-size", "buffer_mib", type=click.IntRange(min=1), default=32, show_default=True,
               help="Kernel capture buffer in MiB; raise it if drops are reported.")
+@click.option("--top", is_flag=True, help="A live dashboard instead of messages: rates, latency and errors per "
+              "API, client id and topic, rebalances, consumer lag; refreshed every second.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
+              help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics while capturing.")
 @output_options
 def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, count, duration, buffer_mib,
-                  ports, **view) -> None:
+                  top, metrics_port, ports, **view) -> None:
     """Decode Kafka requests and responses live from a network interface.
 
     Captures `tcp port 9092` unless told otherwise with --port (repeatable),
@@ -56,6 +62,8 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
         fail("--any-port and --filter exclude each other: put the ports in the --filter expression")
     if not (ports or any_port or bpf_filter):
         ports = (DEFAULT_PORT,)
+    if top and (view["tree"] or view["hex_"] or view["as_json"]):
+        fail("--top shows a dashboard, not messages: leave out -V, --hex and --json")
     expression = bpf_filter or port_filter(() if any_port else ports)
     try:
         capture = LiveCapture(interface, expression, buffer_mib << 20)
@@ -66,17 +74,35 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
     except OSError as error:
         capture.close()
         fail(f"cannot write {pcap_path}: {error.strerror}; choose a writable path for -w")
+    live = None
+    if top or metrics_port:
+        from kafkasniff.render.live import LiveStats, serve_metrics
+
+        live = LiveStats()
+    if metrics_port:
+        try:
+            serve_metrics(live, metrics_port)
+        except OSError as error:
+            capture.close()
+            fail(f"cannot serve metrics on port {metrics_port}: {error.strerror}; choose another --metrics-port")
     with capture:
-        session = LiveSession(capture, make_options(**view), ports, pcap_file, count)
-        session.run(time.monotonic() + duration if duration else None)
+        session = LiveSession(capture, make_options(**view), ports, pcap_file, count, live)
+        deadline = time.monotonic() + duration if duration else None
+        if top:
+            session.run_with_dashboard(deadline)
+        else:
+            session.run(deadline)
     click.echo(session.summary(), err=True)
 
 
 class LiveSession:
     """Frames from a LiveCapture through FrameParser -> Analyzer -> Output, optionally into a pcap."""
 
-    def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None):
+    def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None, live=None):
         self.capture = capture
+        self.live = live            # LiveStats for --top and --metrics-port: sees every event
+        self.refresh = None         # --top: called about every TOP_REFRESH_S with the frames so far
+        self.next_refresh = 0.0
         self.output = Output(options)
         self.analyzer = Analyzer(ports)
         self.parser = FrameParser()
@@ -115,9 +141,31 @@ class LiveSession:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def run_with_dashboard(self, deadline: float | None) -> None:
+        """run() with a rich Live dashboard (--top) in place of the messages."""
+        from rich.live import Live
+
+        from kafkasniff.commands.terminal import make_console
+        from kafkasniff.render.live import Dashboard
+
+        dashboard = Dashboard(self.live)
+        with Live(dashboard.render(0), console=make_console(), auto_refresh=False) as screen:
+            self.refresh = lambda: screen.update(dashboard.render(self.frames), refresh=True)
+            self.run(deadline)
+            self.refresh()
+
+    def _refresh_if_due(self) -> None:
+        now = time.monotonic()
+        if now >= self.next_refresh:
+            self.next_refresh = now + TOP_REFRESH_S
+            self.refresh()
+
     def _capture(self, deadline: float | None) -> None:
         parse, feed, write = self.parser.parse, self.analyzer.feed, self.pcap and self.pcap.writepkt_time
+        refresh = self.refresh
         for item in self.capture.frames(deadline):
+            if refresh is not None and (item is None or self.frames % REFRESH_CHECK_FRAMES == 0):
+                self._refresh_if_due()
             if item is None:  # idle: holes that waited too long are given up, frames behind them show
                 events = self.analyzer.tick(time.time())
                 if events:
@@ -140,14 +188,19 @@ class LiveSession:
 
     def _show(self, events: list) -> None:
         count = self.count
+        live = self.live
+        shows_messages = self.refresh is None  # --top: the dashboard in place of the messages
         for ev in events:
             if count is not None and self.counted >= count:
                 return
+            if live is not None:
+                live.observe(ev)
             if type(ev) is MessageEvent:
                 self.messages += 1
                 if count is not None and self.output.wanted(ev):
                     self.counted += 1
-            self.output.emit(ev)
+            if shows_messages:
+                self.output.emit(ev)
 
     def summary(self) -> str:
         stats = self.kernel_stats

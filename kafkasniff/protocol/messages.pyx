@@ -203,6 +203,15 @@ def record_rows(msg: Message, buf) -> list[tuple]:
     return walker.record_rows(_layout(msg.kind, msg.api_key, msg.api_version).body, buf, msg.body_offset, msg.end)
 
 
+def partition_facts(msg: Message, buf) -> tuple[dict, list[tuple]]:
+    """The body's root fields and per-partition facts (walker.partition_facts); nothing when there is no body."""
+    if msg.body_offset is None:
+        return {}, []
+    root, partitions = walker.partition_facts(_layout(msg.kind, msg.api_key, msg.api_version).body, buf,
+                                              msg.body_offset, msg.end)
+    return root or {}, partitions
+
+
 def tree_text(msg: Message, buf, limit: int | None, show_secrets: bool, spans: bool, ctx=None,
               topic_names: dict | None = None, write=None) -> tuple[bytes, bytes | None]:
     """The message's header and body as -V tree lines (see walker.text_tree); empty when the API is unknown."""

@@ -5,7 +5,8 @@ The walk runs a program (program.py) over bytes with one builder per view:
 - `summarize` (called by messages.pyx): ids, error codes, topics and record counts, no objects per field
   (pairing, filters, one line);
 - `field_tree`: the Field tree (-V, --hex, explain);
-- `json_body`: the body as JSON text (--json), records included, in the same pass.
+- `json_body`: the body as JSON text (--json), records included, in the same pass;
+- `partition_facts`: per partition, its numbers and record batch headers (the analyses: lag, latency).
 
 It calls back here only for what is rare or belongs to Python: names of error codes, decompression (cramjam,
 bounded per batch and per message), checksums (crc32c, zlib), programs of embedded schemas (the consumer
@@ -98,6 +99,19 @@ def record_rows(program: _walk.Program, buf, pos: int, end: int,
                 limit: int = DEFAULT_MAX_DECOMPRESSED) -> list[tuple]:
     """A tuple per record (RECORD_ROW; timestamp in microseconds) of the body at buf[pos:end], read in one pass."""
     return _walk.record_rows(program, buf, pos, end, limit)
+
+
+# What partition_facts gives for each partition (partitions.c), and for each record batch in it.
+PARTITION_FACTS = ("topic", "topic_id", "partition", "facts", "batches")
+BATCH_FACTS = ("base_offset", "last_offset_delta", "record_count", "is_control", "max_timestamp")
+
+
+def partition_facts(program: _walk.Program, buf, pos: int, end: int,
+                    limit: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[dict | None, list[tuple]]:
+    """The root struct's fixed-width fields, and a tuple per partition (PARTITION_FACTS) of the body at
+    buf[pos:end]: its fixed-width fields by snake_case name and its record batches' headers (BATCH_FACTS),
+    records not read."""
+    return _walk.partition_facts(program, buf, pos, end, limit)
 
 
 # Where -V text is handed to its writer, between lines.

@@ -1,13 +1,13 @@
-"""`--stats`: counts, bytes, latencies and errors per API, topic and client id.
+"""`--stats`: counts, bytes, latencies and errors per API, topic and client id; consumer lag and
+produce-to-fetch latency (kafkasniff.analyses).
 
 Computed as events go by, in memory that does not grow with the number of
 messages: counters per API, topic and client id, and per API a latency
-histogram with logarithmic buckets (see `LatencyHistogram`).
+histogram with logarithmic buckets (see `kafkasniff.analyses.histogram`).
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import TextIO
 
@@ -15,67 +15,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
+from kafkasniff.analyses.insight import Insight
+from kafkasniff.render.insight import lag_tables, latency_table
 from kafkasniff.render.values import error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent
-
-PERCENTILES = (50, 95, 99)
-
-
-class LatencyHistogram:
-    """Latencies in buckets 1% wide on a log scale, from 1 µs up; below 1 µs, one bucket.
-
-    A percentile is the geometric middle of the bucket that holds it, clamped to
-    the smallest and largest latency seen: within 0.5% of the exact value
-    (nearest-rank definition), or within 1 µs below 1 µs. The maximum is exact.
-    Buckets are kept only when used: 2,085 span 1 µs to 1,000 s.
-    """
-
-    RATIO = 1.01
-    FLOOR_MS = 0.001
-    _LOG_RATIO = math.log(RATIO)
-
-    def __init__(self) -> None:
-        self.buckets: Counter[int] = Counter()
-        self.count = 0
-        self.min = math.inf
-        self.max = -math.inf
-
-    def add(self, ms: float) -> None:
-        ms = max(ms, 0.0)  # capture clocks can step back; a negative latency means "no time"
-        self.count += 1
-        self.min = min(self.min, ms)
-        self.max = max(self.max, ms)
-        self.buckets[self._bucket(ms)] += 1
-
-    def _bucket(self, ms: float) -> int:
-        if ms < self.FLOOR_MS:
-            return -1
-        return int(math.log(ms / self.FLOOR_MS) / self._LOG_RATIO)
-
-    def _middle(self, bucket: int) -> float:
-        if bucket < 0:
-            return self.FLOOR_MS / 2
-        return self.FLOOR_MS * self.RATIO ** (bucket + 0.5)
-
-    def percentile(self, p: float) -> float | None:
-        if not self.count:
-            return None
-        rank = max(1, math.ceil(p / 100 * self.count))
-        seen = 0
-        for bucket in sorted(self.buckets):
-            seen += self.buckets[bucket]
-            if seen >= rank:
-                return min(max(self._middle(bucket), self.min), self.max)
-        return self.max
-
-    def to_json(self) -> dict:
-        out = {"count": self.count}
-        for p in PERCENTILES:
-            value = self.percentile(p)
-            out[f"p{p}"] = round(value, 3) if value is not None else None
-        out["max"] = round(self.max, 3) if self.count else None
-        return out
-
 
 class ApiStats:
     __slots__ = ("api_key", "api_name", "requests", "responses", "request_bytes", "response_bytes",
@@ -123,6 +67,7 @@ class Stats:
         self.sasl_tokens = 0
         self.notices: Counter[str] = Counter()
         self.bytes: Counter[str] = Counter()
+        self.insight = Insight(samples=False)  # consumer lag and produce-to-fetch latency
 
     def observe(self, ev, topics: dict[str, list] | None = None) -> None:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
@@ -136,6 +81,7 @@ class Stats:
         elif kind is MessageEvent:
             self.bytes["messages"] += FRAME_PREFIX + ev.message.size
             self._message(ev, topics or {})
+            self.insight.observe(ev)
 
     def byte_totals(self) -> dict[str, int]:
         """Bytes captured, and where they went (every kind, zeros too)."""
@@ -193,6 +139,8 @@ class Stats:
             "sasl_tokens": self.sasl_tokens,
             "notices": dict(sorted(self.notices.items())),
             "bytes": self.byte_totals(),
+            "lag": self.insight.lag.to_json(),
+            "end_to_end": self.insight.lag.latency.to_json(),
         }
 
 
@@ -225,7 +173,8 @@ def stats_tables(stats: Stats) -> list[Table]:
     clients = _table("per client id", ("client id", "requests", "bytes", "responses with errors"), 1)
     for cid, c in sorted(stats.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
         clients.add_row(Text("(null)" if cid is None else cid), f"{c.requests:,}", f"{c.bytes:,}", f"{c.errors:,}")
-    return [apis, topics, clients]
+    lag = stats.insight.lag
+    return [apis, topics, clients, *lag_tables(lag), *filter(None, [latency_table(lag)])]
 
 
 def print_stats(stats: Stats, out: TextIO) -> None:

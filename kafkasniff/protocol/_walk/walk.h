@@ -8,6 +8,7 @@
  *   summary.c  the values pairing, filters and the one-line view need (ids, error codes, topics, counts)
  *   json.c     the body as JSON text, records included, written in the same pass
  *   fields.c   the Field tree (for -V, --hex and explain): every item with its offset and length
+ *   partitions.c  per partition: fixed-width fields and record batch headers (lag, end-to-end latency)
  *
  * Nothing here trusts a length field: every length and count is checked against the bytes present
  * before anything is read or allocated from it. Where the bytes are wrong, the walk stops with an
@@ -248,7 +249,7 @@ int out_uuid(Out *o, const uint8_t *p);                        /* as JSON string
 void out_free(Out *o);
 
 /* builders */
-extern const Builder summary_builder, json_builder, fields_builder, text_builder;
+extern const Builder summary_builder, json_builder, fields_builder, text_builder, partitions_builder;
 PyObject *summarize(PyObject *self, PyObject *args);
 PyObject *json_body(PyObject *self, PyObject *args);
 PyObject *field_tree(PyObject *self, PyObject *args);
@@ -256,5 +257,6 @@ PyObject *records_fields(PyObject *self, PyObject *args);
 PyObject *records_json(PyObject *self, PyObject *args);
 PyObject *text_tree(PyObject *self, PyObject *args);
 PyObject *record_rows(PyObject *self, PyObject *args);
+PyObject *partition_facts(PyObject *self, PyObject *args);
 
 #endif

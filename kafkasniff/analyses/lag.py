@@ -1,0 +1,252 @@
+"""Consumer lag from the wire, per (group or client id, topic, partition).
+
+- Fetch position: each consumer Fetch request says from which offset it reads each partition; its response
+  gives the partition's high watermark and last stable offset. The lag of that fetch is the end (the last
+  stable offset for a read_committed consumer, else the high watermark) minus the fetch offset: records that
+  were in the log and not yet fetched. Followers' fetches (replica id >= 0) are replication, not consumers.
+  In an incremental fetch session a response may name a partition its request left out: it is read from
+  the offset last asked on that connection.
+- Committed offsets: OffsetCommit requests whose response has no error for the partition (and the offsets
+  OffsetFetch responses read back), against the log end: the highest end offset seen for the partition in
+  Fetch responses (high watermark), Produce responses (base offset plus the records of the request's batches)
+  and ListOffsets answers for the latest offset.
+
+A fetch counts towards the group whose latest generation gives the partition (or failing that, any) to a
+member with the fetch's client id on the fetch's host (groups.GroupTracker.owner); otherwise towards its
+client id. Records are never decoded: everything comes from partition fields and batch headers
+(messages.partition_facts). The same Produce and Fetch facts give the produce-to-fetch latency
+(latency.EndToEnd).
+"""
+
+from __future__ import annotations
+
+from kafkasniff.analyses.groups import GroupTracker
+from kafkasniff.analyses.latency import EndToEnd
+from kafkasniff.analyses.wire import body, client_id, partitions, request_body, topic_of
+from kafkasniff.protocol.topics import TopicNames
+from kafkasniff.stream.session import MessageEvent
+
+PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 8, 9
+LATEST_OFFSET = -1  # the ListOffsets timestamp that asks for the end of the log
+READ_COMMITTED = 1
+# Connections whose fetch positions are remembered for incremental fetch sessions; the oldest go first.
+MAX_SESSION_CONNECTIONS = 10_000
+
+
+class Position:
+    """One consumer's fetching of one partition."""
+
+    __slots__ = ("group", "client_id", "topic", "partition", "fetches", "samples", "last", "max_lag")
+
+    def __init__(self, group: str | None, client: str | None, topic: str, partition: int, samples: bool):
+        self.group, self.client_id, self.topic, self.partition = group, client, topic, partition
+        self.fetches = 0
+        self.samples: list[tuple] | None = [] if samples else None
+        self.last: tuple | None = None     # (ts, fetch offset, high watermark, last stable offset, lag)
+        self.max_lag: tuple | None = None  # the sample with the largest lag
+
+    def add(self, sample: tuple) -> None:
+        self.fetches += 1
+        self.last = sample
+        if self.max_lag is None or sample[4] > self.max_lag[4]:
+            self.max_lag = sample
+        if self.samples is not None:
+            self.samples.append(sample)
+
+    @property
+    def consumer(self) -> str:
+        return self.group if self.group is not None else self.client_id or "(no client id)"
+
+    def to_json(self) -> dict:
+        out = {"group": self.group, "client_id": self.client_id, "topic": self.topic, "partition": self.partition,
+               "fetches": self.fetches, "last": _sample_json(self.last), "max_lag": _sample_json(self.max_lag)}
+        if self.samples is not None:
+            out["samples"] = [list(sample) for sample in self.samples]
+        return out
+
+
+SAMPLE_FIELDS = ("ts", "fetch_offset", "high_watermark", "last_stable_offset", "lag")
+
+
+def _sample_json(sample: tuple | None) -> dict | None:
+    return dict(zip(SAMPLE_FIELDS, sample)) if sample is not None else None
+
+
+class Commit:
+    __slots__ = ("group", "topic", "partition", "offset", "ts", "commits", "source", "end_at_commit")
+
+    def __init__(self, group: str, topic: str, partition: int):
+        self.group, self.topic, self.partition = group, topic, partition
+        self.offset = self.ts = self.end_at_commit = None
+        self.commits = 0
+        self.source = None
+
+
+class LagTracker:
+    """Feed it every MessageEvent in capture order (`observe`), after the GroupTracker it asks about groups."""
+
+    def __init__(self, groups: GroupTracker, topic_names: TopicNames, samples: bool = True):
+        self.groups = groups
+        self.topic_names = topic_names
+        self.samples = samples
+        self.latency = EndToEnd()
+        self.positions: dict[tuple, Position] = {}
+        self.commits: dict[tuple[str, str, int], Commit] = {}
+        self.ends: dict[tuple[str, int], tuple[int, float]] = {}  # (topic, partition) -> (end offset, when)
+        self._sessions: dict[int, dict[tuple[str, int], int]] = {}  # stream -> partition -> fetch offset
+
+    def observe(self, ev: MessageEvent) -> None:
+        m = ev.message
+        if m.kind != "response" or ev.request is None or m.malformed is not None:
+            return
+        handle = _HANDLERS.get(m.api_key)
+        if handle is not None:
+            handle(self, ev)
+
+    def end_offset(self, topic: str, partition: int, offset: int, ts: float) -> None:
+        known = self.ends.get((topic, partition))
+        if known is None or offset > known[0]:
+            self.ends[topic, partition] = (offset, ts)
+
+    def _fetch(self, ev: MessageEvent) -> None:
+        names = self.topic_names
+        request_root, asked = partitions(ev.request, names)
+        _, answered = partitions(ev, names)
+        replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
+        session = self._session(ev.conn.stream, request_root)
+        for p in asked:
+            session[p.topic, p.partition] = p.facts.get("fetch_offset")
+        read_committed = request_root.get("isolation_level") == READ_COMMITTED
+        client = client_id(ev)
+        host_ip = ev.conn.client[0]
+        for p in answered:
+            facts = p.facts
+            if facts.get("error_code"):
+                continue
+            high_watermark = facts.get("high_watermark", -1)
+            if high_watermark >= 0:
+                self.end_offset(p.topic, p.partition, high_watermark, ev.ts)
+            fetch_offset = session.get((p.topic, p.partition))
+            if replica >= 0 or fetch_offset is None or high_watermark < 0:
+                continue
+            last_stable = facts.get("last_stable_offset", -1)
+            end = last_stable if read_committed and last_stable >= 0 else high_watermark
+            group = self.groups.owner(p.topic, p.partition, client, host_ip)
+            key = (group, None if group is not None else client, p.topic, p.partition)
+            position = self.positions.get(key)
+            if position is None:
+                position = self.positions[key] = Position(group, client, p.topic, p.partition, self.samples)
+            position.client_id = client
+            position.add((ev.ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
+            if p.batches:
+                self.latency.fetch(position.consumer, p.topic, p.partition, p.batches, ev.ts)
+
+    def _session(self, stream: int, request_root: dict) -> dict:
+        """The fetch offsets a connection last asked, per partition; a fetch that is not incremental (session
+        epoch 0 or -1, or a version without sessions) asks afresh."""
+        incremental = request_root.get("session_epoch", 0) > 0
+        session = self._sessions.pop(stream, None) if incremental else None
+        if session is None:
+            self._sessions.pop(stream, None)
+            session = {}
+        self._sessions[stream] = session  # the most recently used last
+        if len(self._sessions) > MAX_SESSION_CONNECTIONS:
+            del self._sessions[next(iter(self._sessions))]
+        return session
+
+    def _produce(self, ev: MessageEvent) -> None:
+        names = self.topic_names
+        _, sent = partitions(ev.request, names)
+        _, answered = partitions(ev, names)
+        batches = {(p.topic, p.partition): p.batches for p in sent if p.batches}
+        for p in answered:
+            base_offset = p.facts.get("base_offset", -1)
+            sent_batches = batches.get((p.topic, p.partition))
+            if p.facts.get("error_code") or base_offset < 0 or not sent_batches:
+                continue
+            records = sum(batch[1] + 1 for batch in sent_batches)
+            self.end_offset(p.topic, p.partition, base_offset + records, ev.ts)
+            self.latency.produce(p.topic, p.partition, base_offset, sent_batches, ev.request.ts)
+
+    def _list_offsets(self, ev: MessageEvent) -> None:
+        names = self.topic_names
+        _, asked = partitions(ev.request, names)
+        latest = {(p.topic, p.partition) for p in asked if p.facts.get("timestamp") == LATEST_OFFSET}
+        _, answered = partitions(ev, names)
+        for p in answered:
+            offset = p.facts.get("offset", -1)
+            if (p.topic, p.partition) in latest and not p.facts.get("error_code") and offset >= 0:
+                self.end_offset(p.topic, p.partition, offset, ev.ts)
+
+    def _offset_commit(self, ev: MessageEvent) -> None:
+        request, response = request_body(ev), body(ev)
+        if request is None or response is None or not request.get("group_id"):
+            return
+        asked = {(topic_of(t, self.topic_names), p["partition_index"]): p["committed_offset"]
+                 for t in request.get("topics") or () for p in t.get("partitions") or ()}
+        for t in response.get("topics") or ():
+            topic = topic_of(t, self.topic_names)
+            for p in t.get("partitions") or ():
+                offset = asked.get((topic, p["partition_index"]))
+                if not p.get("error_code") and offset is not None and offset >= 0:
+                    self._committed(request["group_id"], topic, p["partition_index"], offset, ev.ts, "OffsetCommit")
+
+    def _offset_fetch(self, ev: MessageEvent) -> None:
+        request, response = request_body(ev), body(ev)
+        if request is None or response is None:
+            return
+        groups = response.get("groups")
+        if groups is None:  # before v8: one group, named by the request
+            groups = [{"group_id": request.get("group_id"), "topics": response.get("topics") or ()}]
+        for group in groups:
+            if not group.get("group_id") or group.get("error_code"):
+                continue
+            for t in group.get("topics") or ():
+                topic = topic_of(t, self.topic_names)
+                for p in t.get("partitions") or ():
+                    offset = p.get("committed_offset", -1)
+                    if not p.get("error_code") and offset >= 0:
+                        self._committed(group["group_id"], topic, p["partition_index"], offset, ev.ts, "OffsetFetch")
+
+    def _committed(self, group: str, topic: str, partition: int, offset: int, ts: float, source: str) -> None:
+        commit = self.commits.get((group, topic, partition))
+        if commit is None:
+            commit = self.commits[group, topic, partition] = Commit(group, topic, partition)
+        commit.offset, commit.ts, commit.source = offset, ts, source
+        commit.commits += source == "OffsetCommit"
+        end = self.ends.get((topic, partition))
+        commit.end_at_commit = end[0] if end is not None else None
+
+    # --- results -----------------------------------------------------------------------------------
+
+    def consumer_rows(self) -> list[Position]:
+        return sorted(self.positions.values(), key=lambda p: (p.consumer, p.topic, p.partition))
+
+    def delivered_to(self, position: Position) -> int | None:
+        """The offset after the last record the consumer's fetches brought it (its position once it has read
+        them), from the record batches of its Fetch responses; None when they carried none."""
+        return self.latency.delivered.get((position.consumer, position.topic, position.partition))
+
+    def commit_json(self, commit: Commit) -> dict:
+        end = self.ends.get((commit.topic, commit.partition))
+        return {"group": commit.group, "topic": commit.topic, "partition": commit.partition,
+                "committed_offset": commit.offset, "committed_at": commit.ts, "commits": commit.commits,
+                "source": commit.source, "log_end_at_commit": commit.end_at_commit,
+                "lag_at_commit": None if commit.end_at_commit is None else commit.end_at_commit - commit.offset,
+                "log_end_offset": end[0] if end is not None else None,
+                "lag": None if end is None else max(end[0] - commit.offset, 0)}
+
+    def to_json(self) -> dict:
+        return {"consumers": [p.to_json() | {"delivered_to": self.delivered_to(p)} for p in self.consumer_rows()],
+                "committed": [self.commit_json(c) for _, c in sorted(self.commits.items())],
+                "log_end": [{"topic": topic, "partition": partition, "offset": offset, "ts": ts}
+                            for (topic, partition), (offset, ts) in sorted(self.ends.items(), key=_by_name)]}
+
+
+def _by_name(item) -> tuple:
+    (topic, partition), _ = item
+    return topic or "", partition
+
+
+_HANDLERS = {FETCH: LagTracker._fetch, PRODUCE: LagTracker._produce, LIST_OFFSETS: LagTracker._list_offsets,
+             OFFSET_COMMIT: LagTracker._offset_commit, OFFSET_FETCH: LagTracker._offset_fetch}

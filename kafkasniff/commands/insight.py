@@ -1,0 +1,89 @@
+"""`kafkasniff groups CAPTURE...` and `kafkasniff lag CAPTURE...`: consumer groups, consumer lag and
+produce-to-fetch latency, from the wire (kafkasniff.analyses)."""
+
+from __future__ import annotations
+
+import click
+
+from kafkasniff.analyses.insight import Insight
+
+
+def analysed(captures, ports, samples: bool) -> Insight:
+    """Every capture through one Insight, in the order given (a later capture continues an earlier one)."""
+    from kafkasniff.capture.files import CaptureError, open_capture
+    from kafkasniff.commands.terminal import fail
+    from kafkasniff.stream.analyzer import Analyzer
+
+    insight = Insight(samples)
+    for path in captures:
+        try:
+            reader = open_capture(path)
+        except CaptureError as error:
+            fail(str(error))
+        with reader:
+            for ev in Analyzer(ports).run(reader.segments()):
+                insight.observe(ev)
+        for warning in reader.warnings:
+            click.echo(f"kafkasniff: warning: {warning}", err=True)
+    return insight
+
+
+def _print_json(value) -> None:
+    import orjson
+
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+def _print_tables(tables, nothing: str) -> None:
+    from kafkasniff.commands.terminal import make_console
+
+    console = make_console()
+    tables = [table for table in tables if table is not None]
+    if not tables:
+        console.print(nothing)
+    for table in tables:
+        console.print(table)
+        console.print()
+
+
+captures_argument = click.argument("captures", nargs=-1, required=True)
+json_option = click.option("--json", "as_json", is_flag=True, help="JSON instead of tables (schema in the README).")
+port_option = click.option("--port", "ports", type=int, multiple=True,
+                           help="Broker port hint, as for decode (Kafka is found on any port).")
+
+
+@click.command("groups")
+@captures_argument
+@json_option
+@port_option
+def groups_command(captures, as_json, ports) -> None:
+    """Consumer groups in captures: each group's generations, with their members, the decoded assignment
+    of each, how long the rebalance took, what started it and the errors seen.
+
+    Classic groups (JoinGroup/SyncGroup), KIP-848 (ConsumerGroupHeartbeat) and share groups."""
+    insight = analysed(captures, tuple(ports), samples=False)
+    if as_json:
+        _print_json(insight.groups.to_json())
+        return
+    from kafkasniff.render.insight import group_tables
+
+    _print_tables(group_tables(insight.groups), "no consumer-group traffic in the capture")
+
+
+@click.command("lag")
+@captures_argument
+@json_option
+@port_option
+def lag_command(captures, as_json, ports) -> None:
+    """Consumer lag in captures: per consumer (group, else client id), topic and partition, the fetch
+    offset against the high watermark (and last stable offset) of each Fetch response; committed offsets
+    against the log end; and how long records took from Produce to Fetch, per topic.
+
+    --json gives every fetch's lag too (the lag over time)."""
+    insight = analysed(captures, tuple(ports), samples=as_json)
+    if as_json:
+        _print_json({"lag": insight.lag.to_json(), "end_to_end": insight.lag.latency.to_json()})
+        return
+    from kafkasniff.render.insight import lag_tables, latency_table
+
+    _print_tables([*lag_tables(insight.lag), latency_table(insight.lag)], "no consumer fetched in the capture")

@@ -1,0 +1,181 @@
+"""Consumer groups, lag and produce-to-fetch latency from the wire (kafkasniff.analyses), checked against what
+the clients themselves reported while the captures were recorded (their manifests' notes): the assignment each
+member was given after each membership change, committed offsets, positions, the slow consumer's position and
+high watermark after each poll, and the end offsets it asked for."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+from click.testing import CliRunner
+
+from capture_manifest import load_capture
+from clients import GROUP_SESSION_TIMEOUT_MS
+from kafkasniff.analyses.insight import Insight
+from kafkasniff.capture.files import open_capture
+from kafkasniff.cli import main
+from kafkasniff.stream.analyzer import Analyzer
+
+REBALANCES = ["rebalance_kafka_python", "rebalance_confluent_kafka", "rebalance_aiokafka"]
+
+
+@cache
+def insight(name: str) -> Insight:
+    found = Insight(samples=True)
+    with open_capture(load_capture(name).pcap) as reader:
+        for ev in Analyzer(()).run(reader.segments()):
+            found.observe(ev)
+    return found
+
+
+def by_member(assignment: dict) -> dict:
+    """A phase's assignment ({client id: [[topic, partition], ...]}) as the analysis gives it."""
+    out = {}
+    for client, held in assignment.items():
+        topics = {}
+        for topic, partition in held:
+            topics.setdefault(topic, []).append(partition)
+        out[client] = {topic: sorted(partitions) for topic, partitions in sorted(topics.items())}
+    return out
+
+
+@pytest.mark.parametrize("name", REBALANCES)
+def test_each_membership_change_is_a_generation_with_the_assignment_the_clients_got(name):
+    notes = load_capture(name).manifest["notes"]["group"]
+    (group,) = insight(name).groups.to_json()
+    assert group["group_id"] == notes["group_id"]
+    assert [g["generation"] for g in group["generations"]] == [0, 1, 2, 3]
+    for phase, gen in zip(notes["phases"], group["generations"], strict=True):
+        assert gen["protocol"] == "classic" and gen["protocol_type"] == "consumer"
+        got = {m["client_id"]: m["assignment"] for m in gen["members"]}
+        assert got == by_member(phase["assignment"])
+        assert sum(m["leader"] for m in gen["members"]) == 1
+        assert all(m["host"].startswith("127.0.0.1:") for m in gen["members"])
+        (cause,) = gen["causes"]
+        if phase["action"] == "join":
+            assert cause.startswith(f"{phase['member']} (127.0.0.1:") and cause.endswith(") joined")
+        else:
+            assert cause == f"{phase['member']} left (LeaveGroup)"
+        # Tansu answers the JoinGroup that forms a generation only after half the session timeout.
+        assert GROUP_SESSION_TIMEOUT_MS / 2 <= gen["took_ms"] < GROUP_SESSION_TIMEOUT_MS
+        assert gen["started"] <= gen["first_join"] < gen["formed"] <= gen["completed"]
+    # Every newcomer's first JoinGroup is sent back for a member id; the members already in are told to rejoin.
+    assert [g["errors"].get("MEMBER_ID_REQUIRED") for g in group["generations"]] == [1, 1, 1, None]
+    assert all(g["errors"].get("REBALANCE_IN_PROGRESS") for g in group["generations"][1:])
+    # At the end the two members left hold every partition, then leave too.
+    assert group["state"] == "Empty"
+    last = notes["phases"][-1]["assignment"]
+    assert group["after_last_generation"]["causes"] == [f"{member} left (LeaveGroup)" for member in sorted(last)]
+
+
+@pytest.mark.parametrize("name", REBALANCES)
+def test_committed_offsets_and_positions_are_what_the_last_holders_reported(name):
+    notes = load_capture(name).manifest["notes"]["group"]
+    found = insight(name)
+    committed = {(row["topic"], row["partition"]): row for row in found.commit_rows()}
+    positions = {(row["topic"], row["partition"]): row for row in found.partition_rows()}
+    for member in notes["phases"][-1]["assignment"]:
+        reported = notes["members"][member]
+        for topic, partition, offset in reported["committed"]:
+            assert committed[topic, partition]["committed_offset"] == offset
+            assert committed[topic, partition]["group"] == notes["group_id"]
+            assert committed[topic, partition]["lag"] == 0
+        for topic, partition, offset in reported["positions"]:
+            row = positions[topic, partition]
+            assert (row["group"], row["delivered_to"], row["lag"]) == (notes["group_id"], offset, 0)
+    assert len(positions) == len(committed) == 3
+
+
+def test_a_slow_consumer_lags_as_its_client_saw_it():
+    notes = load_capture("consumer_lag").manifest["notes"]["lag"]
+    found = insight("consumer_lag")
+    consumers = found.lag.to_json()["consumers"]
+    assert sorted((c["group"], c["partition"]) for c in consumers) == [
+        ("lag-fast", 0), ("lag-fast", 1), ("lag-slow", 0), ("lag-slow", 1)]
+    slow = {c["partition"]: c for c in consumers if c["group"] == "lag-slow"}
+    fast = {c["partition"]: c for c in consumers if c["group"] == "lag-fast"}
+    # After each of its polls the slow client knew its position and the high watermark of its last fetch:
+    # that fetch is on the wire, at an offset no further than the position, with that high watermark.
+    client_lag = {0: 0, 1: 0}
+    for poll in notes["slow"]["polls"]:
+        for _topic, partition, position, highwater in poll:
+            if highwater is None:
+                continue
+            client_lag[partition] = max(client_lag[partition], highwater - position)
+            assert any(s[2] == highwater and s[1] <= position for s in slow[partition]["samples"]), poll
+    for partition in (0, 1):
+        assert slow[partition]["max_lag"]["lag"] >= client_lag[partition] > 0
+        assert fast[partition]["max_lag"]["lag"] < slow[partition]["max_lag"]["lag"]
+    for side in ("slow", "fast"):
+        for topic, partition, offset in notes[side]["positions"]:
+            (row,) = [c for c in consumers if (c["group"], c["topic"], c["partition"]) ==
+                      (f"lag-{side}", topic, partition)]
+            assert row["delivered_to"] == offset
+        committed = {(c["topic"], c["partition"]): c["committed_offset"] for c in found.commit_rows()
+                     if c["group"] == f"lag-{side}"}
+        assert committed == {(topic, partition): offset for topic, partition, offset in notes[side]["committed"]}
+    # Tansu 0.6 answers ListOffsets for the latest offset with the base offset of the partition's last batch
+    # (96, as kafka-python's end_offsets() reported), not the log end: the log end is the highest end seen,
+    # here the high watermark of the last Fetch responses, the count of records produced to each partition.
+    produced = {0: 0, 1: 0}
+    for record in load_capture("consumer_lag").produced():
+        produced[record.partition] += 1
+    log_end = {e["partition"]: e["offset"] for e in found.lag.to_json()["log_end"]}
+    assert log_end == produced == {0: 100, 1: 100}
+    assert {partition: offset for _, partition, offset in notes["slow"]["end_offsets"]} == {0: 96, 1: 96}
+
+
+def test_every_produced_record_is_matched_once_per_consumer_that_fetched_it():
+    produced = len(load_capture("consumer_lag").produced())
+    (topic,) = insight("consumer_lag").lag.latency.to_json()
+    assert (topic["topic"], topic["records"]) == ("lag-topic", 2 * produced)
+    consumers = {c["consumer"]: c for c in topic["consumers"]}
+    assert {name: c["records"] for name, c in consumers.items()} == {"lag-fast": produced, "lag-slow": produced}
+    fast, slow = consumers["lag-fast"]["latency_ms"], consumers["lag-slow"]["latency_ms"]
+    assert 0 < fast["p50"] <= fast["p95"] <= fast["p99"] <= fast["max"]
+    assert topic["latency_ms"]["max"] == max(fast["max"], slow["max"])
+    assert slow["p50"] > fast["p99"]  # the slow consumer's median record waited longer than nearly all fast ones
+    for name in REBALANCES:  # one consumer group, each record read once (a re-fetched batch is not counted)
+        (topic,) = insight(name).lag.latency.to_json()
+        assert topic["records"] == len(load_capture(name).produced())
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_groups_command():
+    pcap = str(load_capture("rebalance_kafka_python").pcap)
+    result = run("groups", "--json", pcap)
+    assert result.exit_code == 0
+    assert json.loads(result.output) == json.loads(json.dumps(insight("rebalance_kafka_python").groups.to_json()))
+    text = run("groups", pcap).output
+    assert "group rebalance-kafka-python (classic protocol): Empty" in text
+    assert "kafka-python-c2 left (LeaveGroup)" in text
+    assert "rebalance-kafka-python[0,1,2]" in text and "*kafka-python-c1" in text
+
+
+def test_lag_command():
+    pcap = str(load_capture("consumer_lag").pcap)
+    result = run("lag", "--json", pcap)
+    assert result.exit_code == 0
+    found = json.loads(result.output)
+    assert found["lag"] == json.loads(json.dumps(insight("consumer_lag").lag.to_json()))
+    assert [t["records"] for t in found["end_to_end"]] == [400]
+    lines = run("lag", pcap).output.splitlines()
+    assert "lag-slow │ lag-topic │ 1 │ 5 │ 100 │ 100 │ 100 │ 0 │ 55 │ 21:31:34.431 │ 100" in [
+        " ".join(line.split()) for line in lines]
+
+
+@pytest.mark.parametrize("command", ["groups", "lag"])
+def test_a_missing_capture_is_one_line_and_status_2(command, tmp_path):
+    result = CliRunner().invoke(main, [command, str(tmp_path / "nothing.pcap")])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and result.output.startswith("kafkasniff: ")
+
+
+def test_a_capture_without_groups_says_so():
+    result = run("groups", str(load_capture("admin").pcap))
+    assert result.output == "no consumer-group traffic in the capture\n"
