@@ -528,3 +528,82 @@ def test_truncated_pcapng_and_undescribed_interface(tmp_path):
         assert len(list(reader.segments())) == 20
         assert dict(reader.skipped) == {"packet of an undescribed interface": 1}
         assert reader.warnings == []
+
+
+# ---------------------------------------------------------------- pcapng's block loop (C) and its rare blocks
+
+
+def _block(block_type: int, body: bytes, order: str = "<") -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    size = 12 + len(body)
+    return struct.pack(order + "II", block_type, size) + body + struct.pack(order + "I", size)
+
+
+def test_simple_and_obsolete_packet_blocks_and_unknown_blocks(tmp_path):
+    """Every packet block kind, an interface whose timestamps have an offset and a binary resolution,
+    and a block of a kind we do not know (skipped); frames are the same as in the pcap."""
+    frames = exchange_frames()
+    tsresol_2_20, tsoffset_100 = struct.pack("<HHB3x", 9, 1, 0x80 | 20), struct.pack("<HHq", 14, 8, 100)
+    section = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    interfaces = (_block(1, struct.pack("<HHI", 1, 0, 262144))
+                  + _block(1, struct.pack("<HHI", 1, 0, 262144) + tsresol_2_20 + tsoffset_100 + b"\0" * 4))
+    blocks = []
+    for i, (ts, frame) in enumerate(frames):
+        if i % 3 == 0:  # simple packet block: the first interface, no timestamp
+            blocks.append(_block(3, struct.pack("<I", len(frame)) + frame))
+        elif i % 3 == 1:  # obsolete packet block, second interface
+            ticks = round((ts - 100) * 2**20)
+            blocks.append(_block(2, struct.pack("<HHIIII", 1, 0, ticks >> 32, ticks & 0xFFFFFFFF, len(frame),
+                                                len(frame)) + frame))
+        else:
+            blocks.append(_block(0x0BADCAFE, b"custom"))
+            micros = round(ts * 1e6)
+            blocks.append(_block(6, struct.pack("<IIIII", 0, micros >> 32, micros & 0xFFFFFFFF, len(frame),
+                                                len(frame)) + frame))
+    path = tmp_path / "kinds.pcapng"
+    path.write_bytes(section + interfaces + b"".join(blocks))
+    with open_capture(path) as reader:
+        got = list(reader.frames())
+        assert reader.warnings == [] and reader.frames_read == len(frames)
+    assert [frame for _ts, _linktype, frame, _wire in got] == [frame for _ts, frame in frames]
+    for i, ((ts, _), (got_ts, linktype, _, wire_len)) in enumerate(zip(frames, got)):
+        assert linktype == 1 and wire_len == len(frames[i][1])
+        if i % 3 == 0:
+            assert got_ts == 0.0
+        else:
+            assert got_ts == pytest.approx(ts, abs=1e-6)
+
+
+def _frames_and_notes(path, chunk: int) -> tuple:
+    saved = files._SCAN_CHUNK
+    files._SCAN_CHUNK = chunk
+    try:
+        with open_capture(path) as reader:
+            frames = list(reader.frames())
+            return frames, reader.warnings, dict(reader.skipped), reader.frames_read
+    finally:
+        files._SCAN_CHUNK = saved
+
+
+@settings(max_examples=150, deadline=None)
+@given(changes=st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=6),
+       cut=st.integers(0, 3000), chunk=st.sampled_from([1, 9, 100, 4096]))
+def test_damaged_pcapng_never_fails_and_reads_the_same_whatever_the_read_size(tmp_path_factory, changes, cut,
+                                                                              chunk):
+    path = tmp_path_factory.mktemp("damaged") / "damaged.pcapng"
+    data = bytearray(_pcapng_two_interfaces(path).read_bytes())
+    for at, value in changes:  # the magic stays: without it the file is refused, as it should be
+        data[4 + at % (len(data) - 4)] = value
+    path.write_bytes(bytes(data[:max(len(data) - cut, 4)]))
+    whole = _frames_and_notes(path, 1 << 20)
+    assert _frames_and_notes(path, chunk) == whole
+    frames, warnings, _skipped, frames_read = whole
+    assert len(frames) <= frames_read
+    if not changes and cut == 0:
+        assert warnings == [] and len(frames) == len(exchange_frames())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 66, 4096])
+def test_pcapng_records_are_the_same_whatever_the_read_size(tmp_path, chunk):
+    path = _pcapng_two_interfaces(tmp_path / "mixed.pcapng")
+    assert _frames_and_notes(path, chunk) == _frames_and_notes(path, 1 << 20)

@@ -10,6 +10,13 @@
  *     (ts, linktype, frame, wire_len) tuples; how many records that was; pos where the first
  *     incomplete record starts; bad_caplen is None, or the length a record at pos claims
  *     beyond max_record.
+ * scan_pcapng(buf, big_endian, interfaces, max_record, skipped, parse)
+ *     -> (items, records, pos, at_block): the whole packet blocks (enhanced, simple, obsolete) at
+ *     the start of buf, made as scan_pcap makes records; `interfaces` holds (linktype, units per
+ *     second, offset in seconds), or None, per interface of the section. Blocks whose packet cannot
+ *     be read are counted in `skipped`. pos is where the scan stopped: at_block false when buf holds
+ *     no further whole block, true at a block left to the Python reader (section headers, interface
+ *     descriptions, other blocks, and lengths that are not valid).
  *
  * Skip reasons, as packets.py documents them: "link type N", "not IP", "not TCP",
  * "IP fragment", "malformed".
@@ -301,6 +308,28 @@ static int count_skip(PyObject *skipped, PyObject *reason) {
     return failed;
 }
 
+/* One captured record: its segment (parse), or its (ts, linktype, frame, wire_len); a frame without a
+ * segment is counted in `skipped` by its reason. */
+static int add_record(PyObject *items, PyObject *skipped, int parse, const uint8_t *f, Py_ssize_t caplen,
+                      long linktype, double ts, Py_ssize_t wire_len) {
+    PyObject *item;
+    if (parse) {
+        item = segment_or_reason(f, caplen, linktype, ts, wire_len);
+        if (item != NULL && PyUnicode_CheckExact(item)) {
+            int failed = count_skip(skipped, item);
+            Py_DECREF(item);
+            return failed;
+        }
+    } else {
+        item = Py_BuildValue("(dly#n)", ts, linktype, (const char *)f, caplen, wire_len);
+    }
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(items, item);
+    Py_DECREF(item);
+    return failed;
+}
+
 static PyObject *scan_pcap(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t pos = 0, record_header_len, max_record;
@@ -319,8 +348,8 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
     const uint8_t *b = buf.buf;
     Py_ssize_t n = buf.len;
     Py_ssize_t records = 0;
-    PyObject *items = PyList_New(0), *bad_caplen = Py_None, *linktype_obj = PyLong_FromLong(linktype);
-    if (items == NULL || linktype_obj == NULL)
+    PyObject *items = PyList_New(0), *bad_caplen = Py_None;
+    if (items == NULL)
         goto fail;
     while (n - pos >= record_header_len) {
         const uint8_t *h = b + pos;
@@ -334,42 +363,112 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
         }
         if (n - pos - record_header_len < (Py_ssize_t)caplen)
             break;
-        const uint8_t *f = h + record_header_len;
         records++;
         double ts = (double)seconds + (double)fraction / units;
-        PyObject *item;
-        if (parse_segments) {
-            item = segment_or_reason(f, caplen, linktype, ts, wire_len);
-            if (item != NULL && PyUnicode_CheckExact(item)) {
-                int failed = count_skip(skipped, item);
-                Py_DECREF(item);
-                if (failed)
-                    goto fail;
-                item = NULL;
-                pos += record_header_len + caplen;
-                continue;
-            }
-        } else {
-            item = Py_BuildValue("(dNy#k)", ts, Py_NewRef(linktype_obj), (const char *)f, (Py_ssize_t)caplen,
-                                 (unsigned long)wire_len);
-        }
-        if (item == NULL)
-            goto fail;
-        int failed = PyList_Append(items, item);
-        Py_DECREF(item);
-        if (failed)
+        if (add_record(items, skipped, parse_segments, h + record_header_len, caplen, linktype, ts, wire_len))
             goto fail;
         pos += record_header_len + caplen;
     }
     PyBuffer_Release(&buf);
-    Py_DECREF(linktype_obj);
     return Py_BuildValue("(NnnN)", items, records, pos, bad_caplen == Py_None ? Py_NewRef(Py_None) : bad_caplen);
 fail:
     PyBuffer_Release(&buf);
     Py_XDECREF(items);
-    Py_XDECREF(linktype_obj);
     if (bad_caplen != Py_None)
         Py_XDECREF(bad_caplen);
+    return NULL;
+}
+
+#define PCAPNG_PB 2    /* obsolete packet block */
+#define PCAPNG_SPB 3   /* simple packet block */
+#define PCAPNG_EPB 6   /* enhanced packet block */
+#define PCAPNG_PACKET_HEADER 20  /* interface, timestamp high and low, captured and original length */
+
+static PyObject *malformed_record_text, *undescribed_interface_text;
+
+static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t pos = 0, max_record;
+    int big_endian, parse_segments, at_block = 0;
+    PyObject *interfaces, *skipped;
+    if (!PyArg_ParseTuple(args, "y*pO!nO!p:scan_pcapng", &buf, &big_endian, &PyList_Type, &interfaces, &max_record,
+                          &PyDict_Type, &skipped, &parse_segments))
+        return NULL;
+    if (parse_segments && segment_type == NULL) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
+        return NULL;
+    }
+    const uint8_t *b = buf.buf;
+    Py_ssize_t n = buf.len, records = 0;
+    PyObject *items = PyList_New(0);
+    if (items == NULL)
+        goto fail;
+#define U32(p) (big_endian ? be32(p) : le32(p))
+    while (n - pos >= 8) {
+        const uint8_t *block = b + pos;
+        uint32_t type = U32(block), block_len = U32(block + 4);
+        if ((type != PCAPNG_EPB && type != PCAPNG_SPB && type != PCAPNG_PB) || block_len < 12 || block_len % 4 ||
+            block_len > (uint64_t)max_record) {
+            at_block = 1;
+            break;
+        }
+        if (n - pos < (Py_ssize_t)block_len)
+            break;
+        const uint8_t *body = block + 8;
+        Py_ssize_t data_end = (Py_ssize_t)block_len - 12;  /* the block ends with a copy of its length */
+        uint32_t iface = 0, caplen = 0, wire_len = 0;
+        uint64_t stamp = 0;
+        const uint8_t *frame = NULL;
+        pos += block_len;
+        records++;
+        PyObject *reason = NULL;
+        if (type == PCAPNG_SPB) {
+            if (data_end < 4) {
+                reason = malformed_record_text;
+            } else {
+                wire_len = U32(body);
+                caplen = wire_len < (uint64_t)(data_end - 4) ? wire_len : (uint32_t)(data_end - 4);
+                frame = body + 4;  /* the block holds at most snaplen bytes */
+            }
+        } else if (data_end < PCAPNG_PACKET_HEADER) {
+            reason = malformed_record_text;
+        } else {
+            iface = U32(body);
+            if (type == PCAPNG_PB)  /* 16-bit interface id, then a drop count */
+                iface = big_endian ? iface >> 16 : iface & 0xFFFF;
+            stamp = (uint64_t)U32(body + 4) << 32 | U32(body + 8);
+            caplen = U32(body + 12);
+            wire_len = U32(body + 16);
+            frame = body + PCAPNG_PACKET_HEADER;
+            if (caplen > (uint64_t)(data_end - PCAPNG_PACKET_HEADER))
+                reason = malformed_record_text;
+        }
+        PyObject *described = NULL;
+        if (reason == NULL) {
+            described = iface < (uint64_t)PyList_GET_SIZE(interfaces) ? PyList_GET_ITEM(interfaces, iface) : Py_None;
+            if (described == Py_None)
+                reason = undescribed_interface_text;
+        }
+        if (reason != NULL) {
+            if (count_skip(skipped, reason))
+                goto fail;
+            continue;
+        }
+        long linktype;
+        double units, offset;
+        if (!PyArg_ParseTuple(described, "ldd:interface", &linktype, &units, &offset))
+            goto fail;
+        if (add_record(items, skipped, parse_segments, frame, caplen, linktype, offset + (double)stamp / units,
+                       wire_len))
+            goto fail;
+    }
+#undef U32
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(NnnO)", items, records, pos, at_block ? Py_True : Py_False);
+fail:
+    PyBuffer_Release(&buf);
+    Py_XDECREF(items);
     return NULL;
 }
 
@@ -385,6 +484,7 @@ static PyObject *use_segment_type(PyObject *self, PyObject *type) {
 static PyMethodDef methods[] = {
     {"parse_frame", parse_frame, METH_VARARGS, "The TcpSegment in a frame, or the reason it holds none."},
     {"scan_pcap", scan_pcap, METH_VARARGS, "Whole pcap records in a buffer, as segments or frames."},
+    {"scan_pcapng", scan_pcapng, METH_VARARGS, "Whole pcapng packet blocks in a buffer, as segments or frames."},
     {"use_segment_type", use_segment_type, METH_O, "The tuple subclass that segments are made as."},
     {NULL, NULL, 0, NULL},
 };
@@ -398,5 +498,9 @@ PyMODINIT_FUNC PyInit__headers(void) {
         if (reason_text[i] == NULL)
             return NULL;
     }
+    malformed_record_text = PyUnicode_InternFromString("malformed record");
+    undescribed_interface_text = PyUnicode_InternFromString("packet of an undescribed interface");
+    if (malformed_record_text == NULL || undescribed_interface_text == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -6,11 +6,11 @@ be read at all raises CaptureError; damage further in (a cut-off last record, a 
 the iteration after every complete record has been delivered and leaves a message in
 `CaptureReader.warnings`.
 
-pcap records are scanned in C (`_headers.c`), a chunk at a time. dpkt parses pcapng's rare
-blocks (interface descriptions); its Reader is not used for records: it yields neither the
-original length (needed to see snaplen cuts) nor, for pcapng, the interface of a packet, and
-it applies the first interface's link type to every packet. dpkt is imported for pcapng only:
-importing it takes 60-70 ms, and start-up delays every decode.
+pcap records and pcapng packet blocks are scanned in C (`_headers.c`), a chunk at a time; the
+rare pcapng blocks (section headers, interface descriptions) are read here. No pcap library is
+used: dpkt's Reader yields neither the original length (needed to see snaplen cuts) nor, for
+pcapng, the interface of a packet, and applies the first interface's link type to every packet;
+and importing dpkt takes 60-70 ms, which would delay every decode.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ _PCAP_VARIANTS = {
 }
 _PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"  # the section header block's type
 _PCAPNG_BYTE_ORDER = {b"\x1a\x2b\x3c\x4d": ">", b"\x4d\x3c\x2b\x1a": "<"}
+_PCAPNG_INTERFACE_DESCRIPTION = 1
+_IDB_OPTIONS = 16  # after the block header, link type, reserved bits and snaplen
+_OPT_END, _OPT_IF_TSRESOL, _OPT_IF_TSOFFSET = 0, 9, 14
 
 
 class CaptureError(Exception):
@@ -172,99 +175,97 @@ class CaptureReader:
             self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
 
     def _pcapng_batches(self, parse: bool):
-        parse_frame = self._parser.parse
-        for record in self._pcapng_records():
-            if not parse:
-                yield (record,), 1
-            else:
-                ts, linktype, frame, wire_len = record
-                segment = parse_frame(frame, linktype, ts, wire_len)
-                yield (segment,) if segment is not None else (), 1
-
-    def _pcapng_records(self):
-        from dpkt import pcapng
-
-        read = self._stream.read
-        interfaces: list[tuple[int, float, int] | None] = []  # (link type, units/s, offset s)
-        byte_order = "<"
-        block_header = Struct("<II").unpack
-        packet_header = Struct("<IIIII").unpack_from
-        offset = 0
-        pending = self._magic
-        while True:
-            head = pending + read(8 - len(pending))
-            pending = b""
-            if len(head) < 8:
-                if head:
-                    self._warn(f"capture ends inside a block header at byte {offset} (file truncated?)")
-                break
-            block_type, block_len = block_header(head)
-            if block_type == pcapng.PCAPNG_BT_SHB:
-                order_mark = read(4)
-                if order_mark not in _PCAPNG_BYTE_ORDER:
-                    self._warn(f"section header at byte {offset} has no valid byte-order mark")
+        """(items, records read) for the packet blocks of each chunk read: the block loop runs in C
+        (scan_pcapng); the blocks it leaves (section headers, interface descriptions, others, and
+        invalid lengths) are read here, one at a time."""
+        read = self._stream.read1
+        skipped = self._parser.skipped
+        interfaces: list[tuple[int, float, float] | None] = []  # (link type, units/s, offset s) per interface
+        self._pcapng_order = "<"  # until the section header says
+        buf = bytearray(self._magic)
+        offset = 0  # of buf[0] in the (uncompressed) file
+        at_end = False
+        while not at_end:
+            chunk = read(_SCAN_CHUNK)
+            at_end = not chunk
+            buf += chunk
+            while True:
+                items, records, pos, at_block = _headers.scan_pcapng(
+                    buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse)
+                if records:
+                    yield items, records
+                del buf[:pos]
+                offset += pos
+                if not at_block:
                     break
-                byte_order = _PCAPNG_BYTE_ORDER[order_mark]
-                block_header = Struct(byte_order + "II").unpack
-                packet_header = Struct(byte_order + "IIIII").unpack_from
-                block_len = block_header(head)[1]
-                head += order_mark
-                interfaces = []
-            if block_len < len(head) + 4 or block_len % 4 or block_len > MAX_RECORD_BYTES:
-                self._warn(f"block at byte {offset} has invalid length {block_len}: file corrupt from here")
-                break
-            body = read(block_len - len(head))
-            if len(body) < block_len - len(head):
-                self._warn(f"capture ends inside the block at byte {offset} (file truncated?)")
-                break
-            block_offset, offset = offset, offset + block_len
-            data_end = len(body) - 4  # the block ends with a copy of its length
+                taken = self._pcapng_other_block(buf, offset, at_end, interfaces)
+                if taken is None:  # the block is not whole yet
+                    break
+                if taken < 0:  # the file is corrupt from here
+                    return
+                del buf[:taken]
+                offset += taken
+        if len(buf) >= 8:
+            self._warn(f"capture ends inside the block at byte {offset} (file truncated?)")
+        elif buf:
+            self._warn(f"capture ends inside a block header at byte {offset} (file truncated?)")
 
-            if block_type == pcapng.PCAPNG_BT_EPB or block_type == pcapng.PCAPNG_BT_PB:
-                if data_end < 20:
-                    self.skipped["malformed record"] += 1
-                    continue
-                iface_id, ts_high, ts_low, caplen, wire_len = packet_header(body)
-                if block_type == pcapng.PCAPNG_BT_PB:  # 16-bit interface id, then drop count
-                    iface_id = iface_id >> 16 if byte_order == ">" else iface_id & 0xFFFF
-                if 20 + caplen > data_end:
-                    self.skipped["malformed record"] += 1
-                    continue
-                frame = body[20 : 20 + caplen]
-            elif block_type == pcapng.PCAPNG_BT_SPB:
-                iface_id, ts_high, ts_low = 0, 0, 0
-                wire_len = int.from_bytes(body[:4], "little" if byte_order == "<" else "big")
-                frame = body[4 : min(4 + wire_len, data_end)]  # the block holds at most snaplen bytes
-            else:
-                if block_type == pcapng.PCAPNG_BT_IDB:
-                    interfaces.append(self._interface(byte_order, head + body, block_offset))
-                continue
-            if iface_id >= len(interfaces) or interfaces[iface_id] is None:
-                self.skipped["packet of an undescribed interface"] += 1
-                continue
-            linktype, units, ts_offset = interfaces[iface_id]
-            yield ts_offset + ((ts_high << 32) | ts_low) / units, linktype, frame, wire_len
-
-    def _interface(self, byte_order, block, offset):
-        import dpkt
-        from dpkt import pcapng
-
-        block_class = (
-            pcapng.InterfaceDescriptionBlockLE if byte_order == "<" else pcapng.InterfaceDescriptionBlock
-        )
-        try:
-            idb = block_class(block)
-        except (dpkt.Error, ValueError) as error:
-            self._warn(f"unreadable interface description at byte {offset} ({error}); its packets are skipped")
+    def _pcapng_other_block(self, buf: bytearray, offset: int, at_end: bool, interfaces: list) -> int | None:
+        """Read the block at the start of buf that is not a packet block: its length (whole and valid),
+        None when more bytes are needed, -1 (with a warning) when the file is corrupt from here. A section
+        header starts a new list of interfaces; an interface description adds one."""
+        if buf[:4] == _PCAPNG_MAGIC:
+            if len(buf) < 12:
+                return None
+            byte_order = _PCAPNG_BYTE_ORDER.get(bytes(buf[8:12]))
+            if byte_order is None:
+                self._warn(f"section header at byte {offset} has no valid byte-order mark")
+                return -1
+            header_len = 12
+        else:
+            byte_order = self._pcapng_order
+            header_len = 8
+        block_type, block_len = Struct(byte_order + "II").unpack_from(buf)
+        if block_len < header_len + 4 or block_len % 4 or block_len > MAX_RECORD_BYTES:
+            self._warn(f"block at byte {offset} has invalid length {block_len}: file corrupt from here")
+            return -1
+        if len(buf) < block_len:
             return None
+        if header_len == 12:
+            self._pcapng_order = byte_order
+            interfaces.clear()
+        elif block_type == _PCAPNG_INTERFACE_DESCRIPTION:
+            interfaces.append(self._interface(byte_order, bytes(buf[:block_len]), offset))
+        return block_len
+
+    def _interface(self, byte_order: str, block: bytes, offset: int) -> tuple[int, float, int] | None:
+        """(link type, timestamp units per second, timestamp offset in seconds) of an interface description
+        block; None, with a warning, when it cannot be read (its packets are then skipped)."""
+        end = len(block) - 4  # the block ends with a copy of its length
+        if end < _IDB_OPTIONS:
+            self._warn(f"unreadable interface description at byte {offset} (only {end} bytes); "
+                       f"its packets are skipped")
+            return None
+        linktype = Struct(byte_order + "H").unpack_from(block, 8)[0]
         units, ts_offset = 1e6, 0
-        for option in idb.opts:
-            if option.code == pcapng.PCAPNG_OPT_IF_TSRESOL and option.data:
-                exponent = option.data[0] & 0x7F
-                units = float(2**exponent if option.data[0] & 0x80 else 10**exponent)
-            elif option.code == pcapng.PCAPNG_OPT_IF_TSOFFSET and len(option.data) == 8:
-                ts_offset = int.from_bytes(option.data, "little" if byte_order == "<" else "big", signed=True)
-        return idb.linktype, units, ts_offset
+        option = Struct(byte_order + "HH")
+        at = _IDB_OPTIONS
+        while at + 4 <= end:
+            code, length = option.unpack_from(block, at)
+            if code == _OPT_END:
+                break
+            value = block[at + 4:at + 4 + length]
+            if len(value) < length:
+                self._warn(f"unreadable interface description at byte {offset} (option {code} at byte "
+                           f"{offset + at} runs past the block); its packets are skipped")
+                return None
+            if code == _OPT_IF_TSRESOL and value:
+                exponent = value[0] & 0x7F
+                units = float(2**exponent if value[0] & 0x80 else 10**exponent)
+            elif code == _OPT_IF_TSOFFSET and length == 8:
+                ts_offset = int.from_bytes(value, "little" if byte_order == "<" else "big", signed=True)
+            at += 4 + (length + 3) // 4 * 4  # values are padded to 32 bits
+        return linktype, units, ts_offset
 
     def _warn(self, message: str) -> None:
         self.warnings.append(f"{self.name}: {message}")
