@@ -3,6 +3,8 @@ produce-to-fetch latency, from the wire (kafkasniff.analyses)."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from kafkasniff.analyses.insight import Insight
@@ -36,14 +38,12 @@ def _print_json(value) -> None:
 
 def _print_tables(tables, nothing: str) -> None:
     from kafkasniff.commands.terminal import make_console
+    from kafkasniff.render.tables import print_tables
 
-    console = make_console()
     tables = [table for table in tables if table is not None]
     if not tables:
-        console.print(nothing)
-    for table in tables:
-        console.print(table)
-        console.print()
+        make_console().print(nothing)
+    print_tables(tables, sys.stdout)
 
 
 captures_argument = click.argument("captures", nargs=-1, required=True)

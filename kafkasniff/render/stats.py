@@ -18,6 +18,7 @@ from rich.text import Text
 from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
 from kafkasniff.analyses.insight import Insight
 from kafkasniff.render.insight import lag_tables, latency_table
+from kafkasniff.render.tables import print_tables
 from kafkasniff.render.values import error_names
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent
 
@@ -178,10 +179,8 @@ def stats_tables(stats: Stats) -> list[Table]:
 
 
 def print_stats(stats: Stats, out: TextIO) -> None:
+    print_tables(stats_tables(stats), out)
     console = Console(file=out, width=None if out.isatty() else 200, highlight=False)
-    for table in stats_tables(stats):
-        console.print(table)
-        console.print()
     extra = [f"{stats.sasl_tokens:,} raw SASL tokens"] if stats.sasl_tokens else []
     extra += [f"{n:,} {kind} notices" for kind, n in sorted(stats.notices.items())]
     if extra:
