@@ -25,7 +25,7 @@ from kafkasniff.cli import main
 from kafkasniff.commands.decode import PROGRESS_MIN_BYTES, make_options, wants_progress
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.records_encoder import Record, encode_message_set, encode_record_batch
-from kafkasniff.render.oneline import message_line, message_row
+from kafkasniff.render.oneline import message_line, message_row, topics_row
 from kafkasniff.render.output import Output
 from kafkasniff.render.tree import TreeView
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent, Session
@@ -584,3 +584,16 @@ def test_one_line_numbers_and_texts_are_written_as_python_formats_them(ts, laten
                                       f"corr={correlation_id} {response.message.end - response.message.offset}B "
                                       f"{latency:.3f}ms{counts}")
     assert message_row(response) == (message_line(response) + "\n").encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(topics=st.dictionaries(st.text(min_size=1, max_size=8),
+                              st.lists(st.integers(-1, 2**31 - 1), max_size=30), max_size=4))
+def test_topics_of_a_line_show_each_partition_once_and_at_most_twelve(topics):
+    def expected(partitions: list[int]) -> str:
+        distinct = list(dict.fromkeys(partitions))
+        more = f",…+{len(distinct) - 12}" if len(distinct) > 12 else ""
+        return f"[{','.join(map(str, distinct[:12]))}{more}]" if distinct else ""
+
+    resolved = {name: [0, partitions] for name, partitions in topics.items()}
+    assert topics_row(resolved) == "".join(f" {name}{expected(p)}" for name, p in topics.items()).encode()

@@ -3,7 +3,7 @@
 from kafkasniff.stream.session cimport MessageEvent, NoticeEvent, SaslTokenEvent
 
 cpdef str clock(double ts)
-cpdef str topics_text(dict topics)
+cpdef bytes topics_row(dict topics)
 cpdef bytes message_row(MessageEvent ev, topics=*)
 cpdef str message_line(MessageEvent ev, topics=*)
 cpdef str sasl_line(SaslTokenEvent ev, bint show_secrets)

@@ -75,17 +75,7 @@ cdef str _api_text(str api_name, api_version, str kind):
 
 # Stands for the topics text in a line rendered by a parallel worker (a topic cannot be named so: NUL).
 TOPICS_SLOT = "\x00topics\x00"
-PARTITIONS_SHOWN = 12
-
-
-cpdef str topics_text(dict topics):
-    """ topic[partitions] for each topic a message names (as Output resolves them), with a leading space."""
-    parts = []
-    for name, entry in topics.items():
-        shown = list(dict.fromkeys(entry[1]))
-        more = f",…+{len(shown) - PARTITIONS_SHOWN}" if len(shown) > PARTITIONS_SHOWN else ""
-        parts.append(f" {name}[{','.join(map(str, shown[:PARTITIONS_SHOWN]))}{more}]" if shown else f" {name}")
-    return "".join(parts)
+cdef Py_ssize_t PARTITIONS_SHOWN = 12
 
 
 cdef class _LineBuilder:
@@ -154,6 +144,7 @@ cdef class _LineBuilder:
 
 
 cdef _LineBuilder _line = _LineBuilder()
+cdef _LineBuilder _topics_line = _LineBuilder()  # apart: topics are written while no line is being written
 cdef dict _client_reprs = {}
 
 
@@ -163,6 +154,36 @@ cdef void _put_clock(_LineBuilder line, double ts) except *:
     line.text(_second(micros // 1000000))
     snprintf(fraction, sizeof(fraction), ".%06lld", micros % 1000000)
     line.raw(fraction, 7)
+
+
+cdef void _put_topics(_LineBuilder line, dict topics) except *:
+    """ topic[partitions] for each topic a message names (as Output resolves them), partitions once each in
+    first-seen order, at most PARTITIONS_SHOWN of them."""
+    cdef Py_ssize_t i, count
+    for name, entry in topics.items():
+        line.raw(" ", 1)
+        line.text(name if type(name) is str else str(name))
+        partitions = entry[1]
+        if not partitions:
+            continue
+        distinct = partitions if len(partitions) == 1 else list(dict.fromkeys(partitions))
+        count = len(distinct)
+        line.raw("[", 1)
+        for i in range(min(count, PARTITIONS_SHOWN)):
+            if i:
+                line.raw(",", 1)
+            line.number(distinct[i])
+        if count > PARTITIONS_SHOWN:
+            line.text(f",…+{count - PARTITIONS_SHOWN}")
+        line.raw("]", 1)
+
+
+cpdef bytes topics_row(dict topics):
+    """The topics of a message as its line shows them (UTF-8, with a leading space): where a parallel
+    worker's line holds TOPICS_SLOT."""
+    _topics_line.size = 0
+    _put_topics(_topics_line, topics)
+    return _topics_line.take()
 
 
 cdef void _put_plural(_LineBuilder line, long long n, str one, str many) except *:
@@ -215,7 +236,10 @@ cpdef bytes message_row(MessageEvent ev, topics=None):
     if ev.inferred:
         line.text(" (request not captured: inferred)")
     if topics is not None and m.api_key in _RECORD_APIS:
-        line.text(topics if type(topics) is str else topics_text(topics))
+        if type(topics) is str:
+            line.text(topics)
+        else:
+            _put_topics(line, topics)
     if m.batches:
         line.raw(" ", 1)
         _put_plural(line, m.batches, "batch", "batches")

@@ -15,7 +15,7 @@ from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.render.oneline import TOPICS_SLOT
 from kafkasniff.render.values import error_names
 
-from kafkasniff.render.oneline cimport event_row, message_row, topics_text
+from kafkasniff.render.oneline cimport event_row, message_row, topics_row
 from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.session cimport MessageEvent
 
@@ -234,7 +234,7 @@ cdef class Output:
 
                     line = line.replace(orjson.dumps([TOPICS_PLACEHOLDER]), orjson.dumps(list(topics)), 1)
                 else:
-                    line = line.replace(_SLOT_BYTES, topics_text(topics).encode(), 1)
+                    line = line.replace(_SLOT_BYTES, topics_row(topics), 1)
             chunks.append(line)
         self.shown += len(chunks)
         self.write_bytes(b"".join(chunks))
