@@ -33,7 +33,7 @@ from pathlib import Path
 import dpkt
 
 from kafkasniff.capture.packets import FrameParser
-from kafkasniff.pipeline.connections import connection_key
+from kafkasniff.pipeline.reading import connection_key
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted((ROOT / "captures").glob("*.pcap"))

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from kafkasniff.capture.packets import FrameParser
 from kafkasniff.cli import main
-from kafkasniff.pipeline.connections import connection_key
+from kafkasniff.pipeline.reading import connection_key
 from kafkasniff.pipeline.sparkenv import INSTALL_PYSPARK
 
 pytest.importorskip("pyspark")

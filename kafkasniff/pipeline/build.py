@@ -1,30 +1,31 @@
-"""The Spark job: capture files -> keyed segments -> one connection per decoder -> Parquet tables.
+"""The Spark job: capture files -> segments -> one connection per decoder -> Parquet tables.
 
-Stages:
-1. read: one task per local file (streamed by the project's reader), or Spark's binaryFiles
-   for URIs; every TCP segment is keyed by its 4-tuple (see `reading`);
-2. shuffle: repartitionAndSortWithinPartitions hashes the 4-tuple to a partition and sorts
-   each partition by the key with PySpark's external (spilling) sorter, so a partition is a
-   sequence of 4-tuples, each one's packets in order, and a big connection never has to fit
-   in memory;
-3. decode: mapPartitions streams each 4-tuple's run through TcpReassembler and Analyzer and
-   emits rows of every table, side by side in one DataFrame kept (memory, then disk) for the
-   writes, so the rows cross from Python to the JVM once;
-4. number the connections of the run by first-seen time, resolve topic ids to names, and
-   write each table as Parquet partitioned by date.
+Stages, all on DataFrames whose rows cross between Python and the JVM as Arrow batches:
+1. read (mapInArrow): one task per capture file; plain paths are streamed by the worker with
+   the project's reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment
+   becomes a row keyed by its connection (see `reading`);
+2. shuffle: the rows are hashed by connection key to a partition and sorted there by (key,
+   time, file, index in the file), by Spark's own (spilling) sort, so a partition is a
+   sequence of 4-tuples, each one's packets in capture order, and a big connection never has
+   to fit in memory;
+3. decode (mapInArrow): each 4-tuple's run goes through TcpReassembler and Analyzer; rows of
+   every table come out side by side (see `tables.DECODED_DDL`) and are kept (memory, then
+   disk) for the writes, so the inputs are read and decoded once;
+4. one small collect numbers the connections of the run by first-seen time and pools the
+   topic names; each table is then written as Parquet partitioned by date, counted as it is
+   written (so the summary counts what the tables hold).
 """
 
 from __future__ import annotations
 
+import re
 import time
-import zlib
 from dataclasses import dataclass, field
 
-from kafkasniff.pipeline.connections import (CONNECTION_ROW, MESSAGE_ROW, RECORD_ROW, TOPIC_NAME_ROW,
-                                             decode_sorted_partition)
 from kafkasniff.pipeline.inputs import CaptureFile
-from kafkasniff.pipeline.reading import read_local, read_spooled
-from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS, Column, Table
+from kafkasniff.pipeline.reading import SEGMENT_DDL, read_local, read_spooled
+from kafkasniff.pipeline.tables import (CONNECTION_ROW, CONNECTIONS, DECODED_DDL, MESSAGE_ROW, MESSAGES,
+                                        RECORD_ROW, RECORDS, TAGGED, TOPIC_NAME_ROW, Table)
 
 _COUNTS = ("files", "bytes", "frames", "segments")
 
@@ -62,40 +63,38 @@ def _no_reads() -> dict:
     return {**{k: 0 for k in _COUNTS}, "warnings": []}
 
 
-def _partition_of(key) -> int:
-    """Partition by the 4-tuple only, with a hash that is the same in every worker process."""
-    return zlib.crc32(repr(key[0]).encode())
+def run_order(files: list[CaptureFile]) -> list[CaptureFile]:
+    """Files in the order their packets are taken when times are equal: by name, numbers compared as
+    numbers, so that rotated files (kafka.pcap9, kafka.pcap10) keep the order they were written in."""
+    def natural(f: CaptureFile):
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", f.name)]
+
+    return sorted(files, key=natural)
 
 
 def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None
                  ) -> BuildSummary:
     """Decode `files` and write the messages, records and connections tables under `out`."""
     started = time.monotonic()
-    sc = spark.sparkContext
-    stats = sc.accumulator(_no_reads(), _stats_param())
+    files = run_order(files)
+    names = [f.name for f in files]
+    stats = spark.sparkContext.accumulator(_no_reads(), _stats_param())
+    segments = _segments(spark, files, stats)
     hints = frozenset(port_hints)
 
-    sources = []
-    local = [f.name for f in files if f.local]
-    if local:
-        sources.append(sc.parallelize(local, len(local)).flatMap(lambda path: read_local(path, path, stats.add)))
-    remote = [f.name for f in files if not f.local]
-    if remote:
-        sources.append(sc.binaryFiles(",".join(remote))
-                       .flatMap(lambda item: read_spooled(item[0], item[1], stats.add)))
-    segments = sources[0] if len(sources) == 1 else sc.union(sources)
+    def decode(batches):
+        from kafkasniff.pipeline.connections import decode_partition
 
-    rows = (segments
-            .repartitionAndSortWithinPartitions(partitions or 2 * sc.defaultParallelism,
-                                                partitionFunc=_partition_of)
-            .mapPartitions(lambda items: decode_sorted_partition(items, hints))
-            .map(_wide_row))
-    # The one pass through Python: rows of every table side by side, kept on the JVM (memory, then disk).
-    wide = spark.createDataFrame(rows, _WIDE_DDL, verifySchema=False).persist()
+        return decode_partition(batches, names, hints)
+
+    decoded = (segments.repartition(partitions or 2 * spark.sparkContext.defaultParallelism, "key")
+               .sortWithinPartitions("key", "ts", "file", "index")
+               .mapInArrow(decode, DECODED_DDL)
+               .persist())
     try:
-        summary = _write_tables(wide, out)
+        summary = _write_tables(spark, decoded, out)
     finally:
-        wide.unpersist()
+        decoded.unpersist()
     read = stats.value
     summary.files, summary.bytes, summary.frames, summary.segments = (read[k] for k in _COUNTS)
     summary.warnings = read["warnings"]
@@ -103,61 +102,75 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     return summary
 
 
-# The wide row: the tag, then one struct per tag (in this order), all null but the tagged one.
-_WIDE = {MESSAGE_ROW: (MESSAGES.name, MESSAGES.raw_columns), RECORD_ROW: (RECORDS.name, RECORDS.raw_columns),
-         CONNECTION_ROW: (CONNECTIONS.name, CONNECTIONS.raw_columns),
-         TOPIC_NAME_ROW: ("topic_name", (Column("topic_id", "string", ""), Column("name", "string", "")))}
-_WIDE_DDL = ", ".join(["tag int"] + [f"`{name}` struct<{', '.join(f'`{c.name}`: {c.type}' for c in columns)}>"
-                                     for name, columns in _WIDE.values()])
+def _segments(spark, files: list[CaptureFile], stats):
+    """One DataFrame of the segments of every file (SEGMENT_DDL), a read task per file."""
+    numbered = list(enumerate(f.name for f in files))
+    frames = []
+    local = [(n, name) for (n, name), f in zip(numbered, files) if f.local]
+    if local:
+        def read_paths(batches):
+            for batch in batches:
+                for task in batch.column(0).to_pylist():
+                    number, name = local[task]
+                    yield from read_local(name, name, number, stats.add)
+
+        frames.append(spark.range(len(local), numPartitions=len(local)).mapInArrow(read_paths, SEGMENT_DDL))
+    remote = {name: n for (n, name), f in zip(numbered, files) if not f.local}
+    if remote:
+        def read_contents(batches):
+            for batch in batches:
+                for path, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                    yield from read_spooled(path, content, remote[path], stats.add)
+
+        frames.append(spark.read.format("binaryFile").load(list(remote)).select("path", "content")
+                      .mapInArrow(read_contents, SEGMENT_DDL))
+    return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
 
-def _wide_row(item: tuple[int, tuple]) -> tuple:
-    tag, row = item
-    return (tag, *(row if column == tag else None for column in _WIDE))
-
-
-def _write_tables(wide, out: str) -> BuildSummary:
-    from pyspark.sql import Window
+def _write_tables(spark, decoded, out: str) -> BuildSummary:
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     def rows_of(tag: int):
-        return wide.where(F.col("tag") == tag).select(f"{_WIDE[tag][0]}.*")
+        return decoded.where(F.col("tag") == tag).select(f"`{TAGGED[tag].name}`.*")
 
-    summary = BuildSummary()
-    counts = dict(wide.groupBy("tag").count().collect())
-    summary.connections, summary.messages, summary.records = (
-        counts.get(CONNECTION_ROW, 0), counts.get(MESSAGE_ROW, 0), counts.get(RECORD_ROW, 0))
+    # The one pass over the inputs: decoding fills the cache; only what numbers and names is collected.
+    small = decoded.where(F.col("tag").isin(CONNECTION_ROW, TOPIC_NAME_ROW)).select(
+        "tag", F.col(f"{CONNECTIONS.name}.connection_id"), F.col(f"{CONNECTIONS.name}.first_seen"),
+        F.col(f"{CONNECTIONS.name}.client"), F.col(f"{CONNECTIONS.name}.server"),
+        F.col(f"{TAGGED[TOPIC_NAME_ROW].name}.topic_id"), F.col(f"{TAGGED[TOPIC_NAME_ROW].name}.name")).collect()
+    connections = sorted((r.first_seen, r.client, r.server, r.connection_id) for r in small if r.tag == CONNECTION_ROW)
+    streams = spark.createDataFrame([(c[3], n) for n, c in enumerate(connections)],
+                                    "connection_id string, stream bigint")
+    numbers = F.broadcast(streams)
+    topic_of_id = _topic_id_map([(r.topic_id, r.name) for r in small if r.tag == TOPIC_NAME_ROW])
 
-    connections = rows_of(CONNECTION_ROW).withColumn(
-        "stream", F.row_number().over(Window.orderBy("first_seen", "client", "server", "connection_id")) - 1)
-    connections = _final(connections, CONNECTIONS).persist()
-    numbers = F.broadcast(connections.select("connection_id", "stream"))
-
-    topic_of_id = _topic_id_map(rows_of(TOPIC_NAME_ROW))
     records = rows_of(RECORD_ROW)
     messages = rows_of(MESSAGE_ROW)
     if topic_of_id is not None:
         records = records.withColumn("topic", F.coalesce("topic", F.try_element_at(topic_of_id, F.col("topic_id"))))
         messages = messages.withColumn(
             "topics", F.transform("topics", lambda t: F.coalesce(F.try_element_at(topic_of_id, t), t)))
-    records = records.join(numbers, "connection_id", "left")
-    messages = messages.join(numbers, "connection_id", "left")
-
-    for table, frame in ((CONNECTIONS, connections), (MESSAGES, _final(messages, MESSAGES)),
-                         (RECORDS, _final(records, RECORDS))):
-        frame.write.mode("overwrite").partitionBy("date").parquet(f"{out.rstrip('/')}/{table.name}")
-    connections.unpersist()
+    summary = BuildSummary()
+    counted = {}
+    for table, frame in ((CONNECTIONS, rows_of(CONNECTION_ROW)), (MESSAGES, messages), (RECORDS, records)):
+        counted[table.name] = Observation(table.name)
+        (_final(frame.join(numbers, "connection_id", "left"), table)
+         .observe(counted[table.name], F.count(F.lit(1)).alias("rows"))
+         .write.mode("overwrite").partitionBy("date").parquet(f"{out.rstrip('/')}/{table.name}"))
+    summary.connections, summary.messages, summary.records = (
+        counted[t.name].get["rows"] for t in (CONNECTIONS, MESSAGES, RECORDS))
     return summary
 
 
-def _topic_id_map(topic_names):
+def _topic_id_map(pairs: list[tuple[str, str]]):
     """Topic id -> name over every input of the run, as a map column (None when no id was named)."""
     from pyspark.sql import functions as F
 
-    pairs = dict(sorted(map(tuple, topic_names.distinct().collect()), reverse=True))  # the smallest name wins
-    if not pairs:
+    names = dict(sorted(set(pairs), reverse=True))  # the smallest name wins
+    if not names:
         return None
-    return F.create_map(*(F.lit(part) for pair in pairs.items() for part in pair))
+    return F.create_map(*(F.lit(part) for pair in names.items() for part in pair))
 
 
 def _final(frame, table: Table):

@@ -1,9 +1,12 @@
-"""Decode the packets of one TCP 4-tuple, in order, into table rows (runs on Spark workers).
+"""Decode a Spark partition of TCP segments into table rows (runs on Spark workers).
 
-The project's own TcpReassembler and Analyzer do the work, exactly as for `decode`; a
-reassembler subclass only watches the TCP events go by to fill the `connections` table.
-One 4-tuple can hold several connections one after another (a port reused with a new SYN,
-or reused after a close); each gets its own row.
+The partition's segments come sorted by (connection key, time, file, index in the file), as
+Arrow batches (see `reading`); every run of one key (one TCP 4-tuple, both directions) goes
+through its own TcpReassembler and Analyzer, the code behind `decode`, which sees the
+packets as it would in one capture merged from all the inputs. One 4-tuple can hold several
+connections one after another (a port reused with a new SYN, or reused after a close); each
+gets its own row. A packet found, identical and at the same time, in several inputs (inputs
+that overlap) is fed once.
 
 The one difference from decoding a whole file in one process: capture time only advances
 with this 4-tuple's packets, so a hole in the stream is given up on at this connection's
@@ -14,26 +17,20 @@ arriving more than the reassembler's max_wait after the hole can still fill it h
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
-from itertools import groupby
+from collections.abc import Iterator
+
+import pyarrow as pa
 
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.pipeline.rows import message_row, micros, record_rows
-from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
+from kafkasniff.pipeline.tables import (CONNECTION_ROW, MESSAGE_ROW, RECORD_ROW, TAGGED, TOPIC_NAME_ROW,
+                                        arrow_type)
 from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, endpoint_text
 
-# Tags of the rows mapPartitions emits, one stream of (tag, row) for all tables.
-MESSAGE_ROW, RECORD_ROW, CONNECTION_ROW, TOPIC_NAME_ROW = range(4)
-_MESSAGE_NAMES, _RECORD_NAMES, _CONNECTION_NAMES = MESSAGES.raw_names, RECORDS.raw_names, CONNECTIONS.raw_names
-
-
-def connection_key(seg: TcpSegment) -> tuple[str, int, str, int]:
-    """The same key for both directions of a connection."""
-    a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
-    return (*a, *b) if a <= b else (*b, *a)
+_CONNECTION_NAMES = TAGGED[CONNECTION_ROW].raw_names
 
 
 def connection_id(a: tcp.Endpoint, b: tcp.Endpoint, first_seen: float) -> str:
@@ -56,17 +53,17 @@ class _Tally:
         self.bytes = [0, 0]  # by TCP direction: A_TO_B, B_TO_A
         self.gaps = self.gap_bytes = 0
         self.end_reason = tcp.END_CAPTURE
-        self.file_spans: list[list] = []  # [file, first ts, last ts] in feed order
+        self.file_spans: list[list] = []  # [file number, first ts, last ts] in feed order
         self.client: tcp.Endpoint | None = None
         self.client_ids: dict[str, None] = {}
         self.requests = self.responses = 0
         self.tls = False
 
-    def files_between(self, first_ts: float, last_ts: float) -> list[str]:
-        files = [name for name, lo, hi in self.file_spans if lo <= last_ts and hi >= first_ts]
-        return files or [self.file_spans[-1][0]]
+    def files_between(self, first_ts: float, last_ts: float) -> list[int]:
+        files = [file for file, lo, hi in self.file_spans if lo <= last_ts and hi >= first_ts]
+        return list(dict.fromkeys(files)) if files else [self.file_spans[-1][0]]
 
-    def row(self) -> dict:
+    def row(self, file_names: list[str]) -> dict:
         a, b = self.conn.a, self.conn.b
         client_is_a = self.client is None or self.client == a
         client, server = (a, b) if client_is_a else (b, a)
@@ -78,37 +75,81 @@ class _Tally:
                 "requests": self.requests, "responses": self.responses, "packets": self.packets,
                 "bytes_to_server": to_server, "bytes_to_client": to_client, "gaps": self.gaps,
                 "gap_bytes": self.gap_bytes, "end_reason": self.end_reason,
-                "capture_files": [name for name, _, _ in self.file_spans]}
+                "capture_files": [file_names[f] for f in dict.fromkeys(f for f, _, _ in self.file_spans)]}
 
 
-class _TallyingReassembler(tcp.TcpReassembler):
-    """A TcpReassembler that also keeps a _Tally per connection (all of one 4-tuple)."""
+
+class DecodedBatches:
+    """Rows of every table, gathered as tuples and handed over as Arrow batches of DECODED_DDL."""
+
+    ROWS_PER_BATCH = 8192
 
     def __init__(self) -> None:
-        super().__init__()
+        self.rows: dict[int, list[tuple]] = {tag: [] for tag in TAGGED}
+        self._structs = {tag: pa.struct([(c.name, arrow_type(c.type)) for c in table.raw_columns])
+                         for tag, table in TAGGED.items()}
+        self.schema = pa.schema([("tag", pa.int32())] + [(TAGGED[tag].name, struct)
+                                                         for tag, struct in self._structs.items()])
+        self.pending = 0
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows gathered so far, one batch per kind of row."""
+        for tag, rows in self.rows.items():
+            if not rows:
+                continue
+            struct = self._structs[tag]
+            own = pa.StructArray.from_arrays([pa.array(column, field.type) for column, field in zip(zip(*rows), struct)],
+                                             fields=list(struct))
+            n = len(rows)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([tag] * n, pa.int32())] + [own if other == tag else pa.nulls(n, self._structs[other])
+                                                     for other in self._structs], schema=self.schema)
+            rows.clear()
+        self.pending = 0
+
+
+class ConnectionDecoder:
+    """The packets of one 4-tuple, in capture order, to rows: TCP reassembly and Kafka decoding as in
+    `decode`, with a _Tally per connection for the connections table."""
+
+    def __init__(self, port_hints: frozenset[int], topic_resolver: Output, file_names: list[str],
+                 out: DecodedBatches) -> None:
+        self.reassembler = tcp.TcpReassembler()
+        self.analyzer = Analyzer(port_hints, reassembler=self.reassembler)
         self.tallies: dict[int, _Tally] = {}
         self._current: _Tally | None = None  # the 4-tuple's latest connection
-        self.file = ""
+        self._topic_resolver = topic_resolver
+        self._file_names = file_names
+        self._out = out
 
-    def feed(self, seg: TcpSegment) -> list:
-        late = self.late_segments
-        events = super().feed(seg)
-        self._observe(events)
+    def feed(self, seg: TcpSegment, file: int) -> None:
+        reassembler = self.reassembler
+        late = reassembler.late_segments
+        events = reassembler.feed(seg)
+        if events:
+            self._observe(events)
         tally = self._current
-        if self.late_segments == late and tally is not None:
+        if reassembler.late_segments == late and tally is not None:
             tally.packets += 1
-            tally.last_seen = max(tally.last_seen, seg.ts)
+            if seg.ts > tally.last_seen:
+                tally.last_seen = seg.ts
             spans = tally.file_spans
-            if spans and spans[-1][0] == self.file:
+            if spans and spans[-1][0] == file:
                 spans[-1][2] = max(spans[-1][2], seg.ts)
             else:
-                spans.append([self.file, seg.ts, seg.ts])
-        return events
+                spans.append([file, seg.ts, seg.ts])
+        if events:
+            self._rows(self.analyzer.handle(events))
 
-    def flush(self) -> list:
-        events = super().flush()
+    def finish(self) -> None:
+        events = self.reassembler.flush()
         self._observe(events)
-        return events
+        self._rows(self.analyzer.handle(events))
+        rows = self._out.rows[CONNECTION_ROW]
+        for tally in self.tallies.values():
+            row = tally.row(self._file_names)
+            rows.append(tuple(row[n] for n in _CONNECTION_NAMES))
+        self._out.pending += len(self.tallies)
 
     def _observe(self, events: list) -> None:
         for ev in events:
@@ -124,60 +165,66 @@ class _TallyingReassembler(tcp.TcpReassembler):
             elif kind is tcp.StreamEnd and ev.direction == tcp.BOTH:
                 self.tallies[ev.conn.stream].end_reason = ev.reason
 
+    def _rows(self, events: list) -> None:
+        out = self._out
+        messages, records = out.rows[MESSAGE_ROW], out.rows[RECORD_ROW]
+        for ev in events:
+            if type(ev) is NoticeEvent:
+                if ev.kind == "tls" and ev.conn is not None:
+                    self.tallies[ev.conn.stream].tls = True
+                continue
+            if type(ev) is not MessageEvent:
+                continue  # SASL tokens are not Kafka messages
+            tally = self.tallies[ev.conn.stream]
+            tally.client = ev.conn.client
+            m = ev.message
+            if m.kind == "request":
+                tally.requests += 1
+                if m.client_id is not None:
+                    tally.client_ids[m.client_id] = None
+                client_id = m.client_id
+            else:
+                tally.responses += 1
+                client_id = ev.request.message.client_id if ev.request is not None else None
+            found = record_rows(ev, tally.id, client_id)
+            files = [self._file_names[f] for f in tally.files_between(ev.first_ts, ev.ts)]
+            topics = list(self._topic_resolver.event_topics(ev))
+            messages.append(message_row(ev, tally.id, files, topics, len(found) if found is not None else None))
+            if found:
+                records += found
+                out.pending += len(found)
+        out.pending += len(events)
 
-def decode_connection(keyed_segments: Iterable[tuple[tuple, TcpSegment]], port_hints: frozenset[int]
-                      ) -> Iterator[tuple[int, tuple]]:
-    """(tag, raw row) for everything in one 4-tuple's packets, given as ((…, file, …), segment)
-    pairs in feed order; the file name is the third item of the key."""
-    reassembler = _TallyingReassembler()
-    analyzer = Analyzer(port_hints, reassembler=reassembler)
-    tallies = reassembler.tallies
-    # decode's own topic lookup; the ids it learns here are pooled over the run by the job
+
+def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], port_hints: frozenset[int]
+                     ) -> Iterator[pa.RecordBatch]:
+    """A Spark partition of segment batches sorted by (key, ts, file, index) to batches of DECODED_DDL."""
+    out = DecodedBatches()
+    # decode's own topic lookup; the ids it learns are pooled over the run by the job
     topic_resolver = Output(OutputOptions(view="json"))
-    for key, segment in keyed_segments:
-        reassembler.file = key[2]
-        yield from _rows(analyzer.feed(segment), tallies, topic_resolver)
-    yield from _rows(analyzer.finish(), tallies, topic_resolver)
-    for tally in tallies.values():
-        yield CONNECTION_ROW, _ordered(tally.row(), _CONNECTION_NAMES)
-    for pair in topic_resolver.topic_names.by_id.items():
-        yield TOPIC_NAME_ROW, pair
-
-
-def _rows(events: list, tallies: dict[int, _Tally], topic_resolver: Output) -> Iterator[tuple[int, tuple]]:
-    for ev in events:
-        if type(ev) is NoticeEvent:
-            if ev.kind == "tls" and ev.conn is not None:
-                tallies[ev.conn.stream].tls = True
-            continue
-        if type(ev) is not MessageEvent:
-            continue  # SASL tokens are not Kafka messages
-        tally = tallies[ev.conn.stream]
-        tally.client = ev.conn.client
-        m = ev.message
-        if m.kind == "request":
-            tally.requests += 1
-            if m.client_id is not None:
-                tally.client_ids[m.client_id] = None
-            client_id = m.client_id
-        else:
-            tally.responses += 1
-            client_id = ev.request.message.client_id if ev.request is not None else None
-        records = record_rows(ev, tally.id, client_id)
-        files = tally.files_between(ev.first_ts, ev.ts)
-        topics = list(topic_resolver.event_topics(ev))
-        row = message_row(ev, tally.id, files, topics, len(records) if records is not None else None)
-        yield MESSAGE_ROW, _ordered(row, _MESSAGE_NAMES)
-        for record in records or ():
-            yield RECORD_ROW, _ordered(record, _RECORD_NAMES)
-
-
-def _ordered(row: dict, names: tuple[str, ...]) -> tuple:
-    return tuple(row[n] for n in names)
-
-
-def decode_sorted_partition(items: Iterator[tuple[tuple, TcpSegment]], port_hints: frozenset[int]
-                            ) -> Iterator[tuple[int, tuple]]:
-    """A Spark partition sorted by (4-tuple, file order, packet index): decode each 4-tuple's run."""
-    for _, run in groupby(items, key=lambda item: item[0][0]):
-        yield from decode_connection(run, port_hints)
+    decoder: ConnectionDecoder | None = None
+    current_key = None
+    last_ts, first_file_of = None, {}
+    for batch in batches:
+        columns = [column.to_pylist() for column in batch.columns]
+        keys, files = columns[0], columns[2]
+        segments = map(TcpSegment, columns[1], *columns[4:])
+        for key, file, seg in zip(keys, files, segments):
+            if key != current_key:
+                if decoder is not None:
+                    decoder.finish()
+                decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, out)
+                current_key = key
+                last_ts, first_file_of = None, {}
+            if seg.ts != last_ts:
+                last_ts, first_file_of = seg.ts, {}
+            # the same packet in several inputs: the first file's copy only
+            if first_file_of.setdefault(seg[1:], file) != file:
+                continue
+            decoder.feed(seg, file)
+            if out.pending >= out.ROWS_PER_BATCH:
+                yield from out.batches()
+    if decoder is not None:
+        decoder.finish()
+    out.rows[TOPIC_NAME_ROW] += topic_resolver.topic_names.by_id.items()
+    yield from out.batches()

@@ -25,7 +25,7 @@ class Table(NamedTuple):
     columns: tuple[Column, ...]
     doc: str
 
-    @property
+    @property  # (tables are few and small: no need to cache these)
     def raw_columns(self) -> tuple[Column, ...]:
         return tuple(Column(c.name, "bigint" if c.type == "timestamp" else c.type, c.doc)
                      for c in self.columns if c.name not in DERIVED)
@@ -125,3 +125,22 @@ CONNECTIONS = Table("connections", "first_seen", (
 ), "one row per TCP connection")
 
 TABLES = (MESSAGES, RECORDS, CONNECTIONS)
+
+# What the decode stage hands the JVM: one table of rows of every kind, side by side. A row holds the
+# tag of its kind and one struct per kind (in TAGGED's order), all null but its own.
+TOPIC_NAMES = Table("topic_names", "", (Column("topic_id", "string", ""), Column("name", "string", "")),
+                    "(topic id, name) pairs a connection's responses taught, pooled over the run by the job")
+MESSAGE_ROW, RECORD_ROW, CONNECTION_ROW, TOPIC_NAME_ROW = range(4)
+TAGGED = {MESSAGE_ROW: MESSAGES, RECORD_ROW: RECORDS, CONNECTION_ROW: CONNECTIONS, TOPIC_NAME_ROW: TOPIC_NAMES}
+DECODED_DDL = ", ".join(["tag int"] + [f"`{t.name}` struct<{', '.join(f'`{c.name}`: {c.type}' for c in t.raw_columns)}>"
+                                       for t in TAGGED.values()])
+
+
+def arrow_type(ddl: str):
+    """The Arrow type Spark reads as the Spark SQL type `ddl` (the types of these tables)."""
+    import pyarrow as pa
+
+    if ddl.startswith("array<"):
+        return pa.list_(arrow_type(ddl[len("array<"):-1]))
+    return {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "double": pa.float64(),
+            "boolean": pa.bool_()}[ddl]
