@@ -1,8 +1,10 @@
-"""The Spark pipeline on the project's captures, with one local Spark session for the module.
+"""The Spark pipeline on the project's captures, run twice: in a local Spark (`local[*]`) and on
+a real standalone cluster (a master and a worker on 127.0.0.1, see sparkcluster.py), one
+session each for the module.
 
 The tables must agree with `kafkasniff decode --json` message for message; a capture cut
-into three rotated files must give the same tables as the whole capture; the report's
-numbers must equal those computed from decode's JSON.
+into rotated files, with overlapping inputs and a client port reused, must give the tables
+of the whole capture; the report's numbers must equal those computed from decode's JSON.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kafkasniff.capture.packets import FrameParser
 from kafkasniff.cli import main
 from kafkasniff.pipeline.reading import connection_key
 from kafkasniff.pipeline.sparkenv import INSTALL_PYSPARK
+from kafkasniff.stream.tcp import TcpReassembler
 
 pytest.importorskip("pyspark")
 
@@ -37,11 +40,31 @@ SPLIT_CAPTURE = "confluent_codecs.pcap"  # several connections and a 1 MiB Produ
 
 
 @pytest.fixture(scope="session")
-def spark():
-    session, log_dir = start_session("local[2]")
+def standalone_cluster(tmp_path_factory):
+    from sparkcluster import StandaloneCluster
+
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["local[*]", "standalone"])
+def spark(request, monkeypatch_module):
+    """One session per master for the module (a session takes seconds to start)."""
+    if request.param == "standalone":
+        master = request.getfixturevalue("standalone_cluster")
+        monkeypatch_module.setenv("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this one
+    else:
+        master = request.param
+    session, log_dir = start_session(master)
     yield session
     session.stop()
     shutil.rmtree(log_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
 
 
 def decode_json(path: Path) -> list[dict]:
@@ -70,7 +93,7 @@ def read_tables(spark, directory: Path) -> dict[str, list[dict]]:
     return {table.name: read_table(spark, directory, table) for table in TABLES}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def all_run(spark, tmp_path_factory):
     """All captures through the `spark` command in one run."""
     out = tmp_path_factory.mktemp("spark") / "all"
@@ -289,6 +312,72 @@ def test_rotated_files_give_the_tables_of_the_whole_capture(spark, tmp_path):
     assert [parts[0].name, parts[1].name] in spanning and any(parts[2].name in n for n in spanning)
 
 
+def port_reuse_capture(directory: Path) -> Path:
+    """kafka-python's 20 short connections, one after another, all from one client port (each a new
+    SYN after the last one's FIN), merged in time with a consumer group's two long connections."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from pcapkit import Packet, merged, read_packets, rewrite, shifted, tcp_of, write_pcap
+
+    captures = Path(__file__).resolve().parents[1] / "captures"
+    reused = []
+    for ts, frame in read_packets(captures / "kafka_python_api_versions.pcap"):
+        tcp = tcp_of(frame)
+        field = "sport" if tcp.dport == 9092 else "dport"
+        reused.append(Packet(ts, rewrite(frame, **{field: 40000})))
+    group = read_packets(captures / "consumer_group.pcap")
+    return write_pcap(directory / "reuse.pcap", merged(reused, shifted(group, reused[0].ts - group[0].ts)))
+
+
+def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tmp_path):
+    """Inputs that are one capture: cut in three (as tcpdump -C would, inside connections), plus a file
+    repeating packets on both sides of the first cut (overlapping inputs). The tables equal what `decode
+    --json` says of the whole capture, stream numbers included, and identical packets count once."""
+    whole = port_reuse_capture(tmp_path)
+    linktype, packets, segments = read_segments(whole)
+    reused = {connection_key(s) for s in segments if 40000 in (s.sport, s.dport)}
+    assert len(reused) == 1
+    cuts = (len(packets) // 3, 2 * len(packets) // 3)
+    parts = []
+    for number, (start, end) in enumerate(((0, cuts[0]), (cuts[0], cuts[1]), (cuts[1], len(packets)),
+                                           (cuts[0] - 40, cuts[0] + 40))):
+        parts.append(tmp_path / f"part{number}.pcap")
+        with open(parts[-1], "wb") as out:
+            writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=linktype)
+            for ts, frame in packets[start:end]:
+                writer.writepkt(frame, ts)
+    out = tmp_path / "tables"
+    result = CliRunner().invoke(main, ["spark", *map(str, parts), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    tables = read_tables(spark, out)
+
+    expected = sorted(decode_json(whole), key=order)
+    rows = sorted(tables["messages"], key=order)
+    assert len(rows) == len(expected) > 100
+    for row, event in zip(rows, expected):
+        for key in ("stream", "kind", "src", "dst", "api_key", "api_name", "api_version", "correlation_id",
+                    "client_id", "size", "topics", "errors", "trailing_bytes"):
+            assert row[key] == event[key], (key, event)
+        assert row["ts"] == micros(event["ts"])
+        if event["kind"] == "response":
+            assert (row["latency_ms"] is None) == (event["latency_ms"] is None)
+    streams = defaultdict(lambda: [0, 0])
+    for event in expected:
+        streams[event["stream"]][event["kind"] == "response"] += 1
+    connections = {c["stream"]: c for c in tables["connections"]}
+    assert {s: [connections[s]["requests"], connections[s]["responses"]] for s in streams} == streams
+    on_reused_port = [c for c in tables["connections"] if c["client"] == "127.0.0.1:40000"]
+    assert len(on_reused_port) == 20 and {c["end_reason"] for c in on_reused_port} == {"fin"}
+    whole_capture = TcpReassembler()  # as `decode` reassembles the whole capture
+    for segment in segments:
+        whole_capture.feed(segment)
+    assert sum(c["packets"] for c in tables["connections"]) == len(packets) - whole_capture.late_segments > 300
+    assert {f for r in rows for f in r["capture_files"]} == set(map(str, parts[:3])), "repeats are not fed"
+    printed = next(line for line in result.stdout.splitlines() if line.startswith("│"))
+    cells = [c.strip() for c in printed.strip("│").split("│")]
+    assert cells[2:6] == [str(len(packets) + 80), str(len(tables["connections"])), str(len(rows)),
+                          str(len(tables["records"]))]
+
+
 def percentile(values: list[float], p: float) -> float:
     """Linear interpolation between closest ranks (Spark's `percentile`, numpy's default)."""
     ordered = sorted(values)
@@ -366,7 +455,9 @@ def test_spark_command_prints_what_it_wrote(all_run, decoded):
     messages = sum(len(events) for events in decoded.values())
     row = next(line for line in stdout.splitlines() if line.startswith("│"))
     cells = [c.strip() for c in row.strip("│").split("│")]
-    assert cells[0] == str(len(CAPTURES)) and cells[4] == str(messages) and cells[5] == str(len(tables["records"]))
+    assert cells[0] == str(len(CAPTURES))
+    assert cells[3:6] == [str(len(tables["connections"])), str(len(tables["messages"])), str(len(tables["records"]))]
+    assert len(tables["messages"]) == messages
 
 
 def test_without_pyspark_the_commands_say_what_to_install(monkeypatch, tmp_path):

@@ -137,9 +137,11 @@ def _write_tables(spark, decoded, out: str) -> BuildSummary:
     # The one pass over the inputs: decoding fills the cache; only what numbers and names is collected.
     small = decoded.where(F.col("tag").isin(CONNECTION_ROW, TOPIC_NAME_ROW)).select(
         "tag", F.col(f"{CONNECTIONS.name}.connection_id"), F.col(f"{CONNECTIONS.name}.first_seen"),
-        F.col(f"{CONNECTIONS.name}.client"), F.col(f"{CONNECTIONS.name}.server"),
+        F.col(f"{CONNECTIONS.name}.first_file"), F.col(f"{CONNECTIONS.name}.first_index"),
         F.col(f"{TAGGED[TOPIC_NAME_ROW].name}.topic_id"), F.col(f"{TAGGED[TOPIC_NAME_ROW].name}.name")).collect()
-    connections = sorted((r.first_seen, r.client, r.server, r.connection_id) for r in small if r.tag == CONNECTION_ROW)
+    # numbered as `decode` numbers a capture's connections: by their first packets, in capture order
+    connections = sorted((r.first_seen, r.first_file, r.first_index, r.connection_id)
+                         for r in small if r.tag == CONNECTION_ROW)
     streams = spark.createDataFrame([(c[3], n) for n, c in enumerate(connections)],
                                     "connection_id string, stream bigint")
     numbers = F.broadcast(streams)

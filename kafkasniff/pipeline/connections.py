@@ -42,9 +42,9 @@ class _Tally:
     """What the connections table says about one TCP connection."""
 
     __slots__ = ("conn", "id", "first_seen", "last_seen", "handshake", "packets", "bytes", "gaps", "gap_bytes",
-                 "end_reason", "file_spans", "client", "client_ids", "requests", "responses", "tls")
+                 "end_reason", "file_spans", "client", "client_ids", "requests", "responses", "tls", "first_packet")
 
-    def __init__(self, opened: tcp.ConnectionOpened) -> None:
+    def __init__(self, opened: tcp.ConnectionOpened, first_packet: tuple[int, int]) -> None:
         self.conn = opened.conn
         self.id = connection_id(opened.conn.a, opened.conn.b, opened.ts)
         self.first_seen = self.last_seen = opened.ts
@@ -58,6 +58,7 @@ class _Tally:
         self.client_ids: dict[str, None] = {}
         self.requests = self.responses = 0
         self.tls = False
+        self.first_packet = first_packet  # (file number, index in the file)
 
     def files_between(self, first_ts: float, last_ts: float) -> list[int]:
         files = [file for file, lo, hi in self.file_spans if lo <= last_ts and hi >= first_ts]
@@ -75,7 +76,8 @@ class _Tally:
                 "requests": self.requests, "responses": self.responses, "packets": self.packets,
                 "bytes_to_server": to_server, "bytes_to_client": to_client, "gaps": self.gaps,
                 "gap_bytes": self.gap_bytes, "end_reason": self.end_reason,
-                "capture_files": [file_names[f] for f in dict.fromkeys(f for f, _, _ in self.file_spans)]}
+                "capture_files": [file_names[f] for f in dict.fromkeys(f for f, _, _ in self.file_spans)],
+                "first_file": self.first_packet[0], "first_index": self.first_packet[1]}
 
 
 
@@ -98,8 +100,8 @@ class DecodedBatches:
             if not rows:
                 continue
             struct = self._structs[tag]
-            own = pa.StructArray.from_arrays([pa.array(column, field.type) for column, field in zip(zip(*rows), struct)],
-                                             fields=list(struct))
+            columns = [pa.array(column, field.type) for column, field in zip(zip(*rows), struct)]
+            own = pa.StructArray.from_arrays(columns, fields=list(struct))
             n = len(rows)
             yield pa.RecordBatch.from_arrays(
                 [pa.array([tag] * n, pa.int32())] + [own if other == tag else pa.nulls(n, self._structs[other])
@@ -121,8 +123,10 @@ class ConnectionDecoder:
         self._topic_resolver = topic_resolver
         self._file_names = file_names
         self._out = out
+        self._position = (0, 0)  # of the segment being fed: (file number, index in the file)
 
-    def feed(self, seg: TcpSegment, file: int) -> None:
+    def feed(self, seg: TcpSegment, file: int, index: int) -> None:
+        self._position = (file, index)
         reassembler = self.reassembler
         late = reassembler.late_segments
         events = reassembler.feed(seg)
@@ -157,7 +161,7 @@ class ConnectionDecoder:
             if kind is tcp.StreamData:
                 self.tallies[ev.conn.stream].bytes[ev.direction] += len(ev.data)
             elif kind is tcp.ConnectionOpened:
-                self._current = self.tallies[ev.conn.stream] = _Tally(ev)
+                self._current = self.tallies[ev.conn.stream] = _Tally(ev, self._position)
             elif kind is tcp.Gap:
                 tally = self.tallies[ev.conn.stream]
                 tally.gaps += 1
@@ -207,9 +211,9 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
     last_ts, first_file_of = None, {}
     for batch in batches:
         columns = [column.to_pylist() for column in batch.columns]
-        keys, files = columns[0], columns[2]
+        keys, files, indexes = columns[0], columns[2], columns[3]
         segments = map(TcpSegment, columns[1], *columns[4:])
-        for key, file, seg in zip(keys, files, segments):
+        for key, file, index, seg in zip(keys, files, indexes, segments):
             if key != current_key:
                 if decoder is not None:
                     decoder.finish()
@@ -221,7 +225,7 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
             # the same packet in several inputs: the first file's copy only
             if first_file_of.setdefault(seg[1:], file) != file:
                 continue
-            decoder.feed(seg, file)
+            decoder.feed(seg, file, index)
             if out.pending >= out.ROWS_PER_BATCH:
                 yield from out.batches()
     if decoder is not None:

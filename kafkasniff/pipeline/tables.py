@@ -24,11 +24,13 @@ class Table(NamedTuple):
     time_column: str  # the column `date` is taken from
     columns: tuple[Column, ...]
     doc: str
+    internal: tuple[Column, ...] = ()  # raw columns the job uses and the table does not keep
+
 
     @property  # (tables are few and small: no need to cache these)
     def raw_columns(self) -> tuple[Column, ...]:
         return tuple(Column(c.name, "bigint" if c.type == "timestamp" else c.type, c.doc)
-                     for c in self.columns if c.name not in DERIVED)
+                     for c in self.columns if c.name not in DERIVED) + self.internal
 
     @property
     def raw_names(self) -> tuple[str, ...]:
@@ -37,9 +39,9 @@ class Table(NamedTuple):
 
 DATE = Column("date", "date", "UTC date of the row's time; the table is partitioned by it (`date=YYYY-MM-DD/`)")
 STREAM = Column("stream", "bigint",
-                "Connection number, 0, 1, ... in order of first-seen time over all inputs of the run; for a single "
-                "capture it is the `stream` that `decode` prints. Stable for the same inputs, whatever the split "
-                "into files or Spark partitions")
+                "Connection number, 0, 1, ... in order of first-seen time over all inputs of the run (ties: in the "
+                "order the inputs hold their first packets); for a single capture it is the `stream` that `decode` "
+                "prints. Stable for the same inputs, whatever the split into files or Spark partitions")
 CONNECTION_ID = Column("connection_id", "string",
                        "Stable connection key across runs: hash of both endpoints and the first-seen microsecond")
 DERIVED = frozenset({DATE.name, STREAM.name})
@@ -122,7 +124,11 @@ CONNECTIONS = Table("connections", "first_seen", (
     Column("gap_bytes", "bigint", "Bytes missing in those holes"),
     Column("end_reason", "string", "`fin`, `rst`, `capture end` or `port reused`"),
     Column("capture_files", "array<string>", "Capture file(s) holding its packets, in time order"),
-), "one row per TCP connection")
+), "one row per TCP connection", internal=(
+    # where its first packet is among the inputs: ties of first_seen are numbered in capture order
+    Column("first_file", "int", "Number of the input holding the first packet, in the run's file order"),
+    Column("first_index", "bigint", "Index of the first packet in that file"),
+))
 
 TABLES = (MESSAGES, RECORDS, CONNECTIONS)
 
