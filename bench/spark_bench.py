@@ -1,21 +1,24 @@
-"""Throughput of the Spark pipeline on a large capture, and the fixed cost of starting Spark.
+"""Throughput of the Spark pipeline against `decode --json`, and its fixed cost (issue 16's targets).
 
-Builds a capture of at least --size-mb from the project's captures (copies one after another
-in time, each copy's client ports renumbered so its connections are new ones; TCP checksums
-are left stale, which the reader does not check), then for each master (local[1], local[2]):
+Inputs, from the 60 MB message-heavy benchmark (bench/make_big_capture.py; built when --capture is
+missing):
+- one_file: the capture as one file;
+- rotated: the same cut into --rotate files by packet count, as tcpdump -C would;
+- ten_small: its first 10 MB cut into 10 captures of 1 MB;
+- one_connection: a capture of the same size holding a single connection (all its packets meet
+  in one task), to see that memory does not grow with a connection's size.
 
-- start: seconds to start the Spark session;
-- first job: `spark` on the smallest capture (Python workers start, JIT warms up);
-- one_file / rotated: `spark` on the big capture as one file, and cut into --rotate files
-  (one read task per file) — MB/s and messages/s of the whole job;
-- one_connection: a capture of the same size holding a single connection (all its packets
-  meet in one task), to see that memory does not grow with a connection's size.
+Baseline: `kafkasniff decode --json -j 2` on the capture, to /dev/null (median of --runs).
+Then for each master (local[1], local[2]) in a fresh process: seconds to start Spark; the ten
+small captures as the session's first job (Python workers start, the JVM warms up: the time
+from "Spark is up" to "tables written"); then one_file, rotated and one_connection, each
+--runs times (median): MB/s, messages/s, and the peak resident memory of the JVM and its Python
+workers, sampled during the job.
 
-Peak resident memory of the JVM and its Python workers is sampled during each job.
+Targets: local[2] on one_file at least 70 % of the baseline's MB/s; ten_small done within 10 s
+of Spark being up; local[2] at least 1.7x local[1] on rotated.
 
-Baseline: `kafkasniff decode --json` on the big capture, in one process, to /dev/null.
-
-    python bench/spark_bench.py [--size-mb 60] [--rotate 6] [--masters 'local[1]' 'local[2]']
+    python bench/spark_bench.py [--capture /tmp/bench60.pcap] [--rotate 6] [--runs 3]
 """
 
 from __future__ import annotations
@@ -36,46 +39,7 @@ from kafkasniff.capture.packets import FrameParser
 from kafkasniff.pipeline.reading import connection_key
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURES = sorted((ROOT / "captures").glob("*.pcap"))
-BROKER_PORTS = {9092, 19092}
 ETHERNET_HEADER = 14
-
-
-def _renumber_client_port(frame: bytes, new_port: dict, next_port) -> bytes:
-    """The frame with its non-broker TCP port replaced (Ethernet, IPv4, TCP as in the captures)."""
-    tcp_at = ETHERNET_HEADER + (frame[ETHERNET_HEADER] & 0x0F) * 4
-    ports = [int.from_bytes(frame[tcp_at + i:tcp_at + i + 2], "big") for i in (0, 2)]
-    side = 0 if ports[1] in BROKER_PORTS else 1
-    port = new_port.setdefault(ports[side], next_port())
-    at = tcp_at + 2 * side
-    return frame[:at] + port.to_bytes(2, "big") + frame[at + 2:]
-
-
-def build_capture(path: Path, size_mb: float) -> int:
-    """Write a capture of at least size_mb; returns its packet count."""
-    sources = []
-    for capture in CAPTURES:
-        with open(capture, "rb") as f:
-            sources.append(list(dpkt.pcap.Reader(f)))
-    counter = iter(range(10**9))
-
-    def next_port() -> int:
-        return 1024 + next(counter) % 64000
-
-    written = packets = 0
-    offset = 0.0
-    with open(path, "wb") as out:
-        writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=dpkt.pcap.DLT_EN10MB)
-        while written < size_mb * 1e6:
-            for source in sources:
-                new_port: dict[int, int] = {}
-                start, end = source[0][0], source[-1][0]
-                for ts, frame in source:
-                    writer.writepkt(_renumber_client_port(bytes(frame), new_port, next_port), offset + ts - start)
-                    written += 16 + len(frame)
-                    packets += 1
-                offset += end - start + 1.0
-    return packets
 
 
 def one_connection_capture(path: Path, size_mb: float) -> int:
@@ -114,13 +78,21 @@ def one_connection_capture(path: Path, size_mb: float) -> int:
     return written
 
 
-def rotate(path: Path, parts: int, directory: Path) -> list[Path]:
-    """Cut a capture into `parts` files by packet count, as tcpdump -C would."""
+def rotate(path: Path, parts: int, directory: Path, max_bytes: float | None = None) -> list[Path]:
+    """Cut a capture into `parts` files of about the same size, as tcpdump -C would (with max_bytes:
+    only the packets in the capture's first max_bytes)."""
     with open(path, "rb") as f:
         packets = list(dpkt.pcap.Reader(f))
+    if max_bytes is not None:
+        total = 0
+        for count, (_, frame) in enumerate(packets):
+            total += 16 + len(frame)
+            if total >= max_bytes:
+                packets = packets[:count + 1]
+                break
     files = []
     for part in range(parts):
-        files.append(directory / f"{path.name}{part}")
+        files.append(directory / f"{path.stem}-{len(packets)}.pcap{part}")
         with open(files[-1], "wb") as out:
             writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=dpkt.pcap.DLT_EN10MB)
             for ts, frame in packets[part * len(packets) // parts:(part + 1) * len(packets) // parts]:
@@ -167,7 +139,7 @@ class PeakMemory:
                 "all_workers_MB": round(self.workers_mb)}
 
 
-def bench_master(master: str, inputs: dict[str, list[Path]], out: Path) -> dict:
+def bench_master(master: str, inputs: dict[str, list[Path]], out: Path, runs: int) -> dict:
     """Run in a fresh process, so that starting Spark is measured in full."""
     from kafkasniff.pipeline.build import build_tables
     from kafkasniff.pipeline.inputs import expand_local
@@ -175,26 +147,41 @@ def bench_master(master: str, inputs: dict[str, list[Path]], out: Path) -> dict:
 
     started = time.monotonic()
     spark, log_dir = start_session(master)
-    result = {"master": master, "start_s": time.monotonic() - started}
+    result = {"master": master, "start_s": round(time.monotonic() - started, 1)}
     try:
-        smallest = min(CAPTURES, key=lambda p: p.stat().st_size)
-        result["first_job_s"] = build_tables(spark, expand_local([str(smallest)])[0], str(out / "small")).seconds
         for label, files in inputs.items():
-            memory = PeakMemory(spark.sparkContext._gateway.proc.pid)
-            summary = build_tables(spark, expand_local(list(map(str, files)))[0], str(out / label))
-            result[label] = {"MB": round(summary.bytes / 1e6, 1), "seconds": round(summary.seconds, 2),
-                             "MB/s": round(summary.bytes / 1e6 / summary.seconds, 2),
-                             "messages/s": round(summary.messages / summary.seconds),
-                             "messages": summary.messages, "records": summary.records, **memory.stop()}
+            measured = []
+            for _ in range(1 if label == "ten_small" else runs):
+                memory = PeakMemory(spark.sparkContext._gateway.proc.pid)
+                summary = build_tables(spark, expand_local(list(map(str, files)))[0], str(out / label))
+                measured.append((summary.seconds, summary, memory.stop()))
+            seconds, summary, memory = sorted(measured, key=lambda m: m[0])[len(measured) // 2]
+            result[label] = {"MB": round(summary.bytes / 1e6, 1), "seconds": round(seconds, 2),
+                             "runs": [round(m[0], 2) for m in measured],
+                             "MB/s": round(summary.bytes / 1e6 / seconds, 2),
+                             "messages/s": round(summary.messages / seconds),
+                             "messages": summary.messages, "records": summary.records, **memory}
     finally:
         spark.stop()
     return result
 
 
+def decode_seconds(capture: Path, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        started = time.monotonic()
+        with open("/dev/null", "w") as sink:
+            subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "--json", "-j", "2", str(capture)],
+                           stdout=sink, check=True)
+        times.append(time.monotonic() - started)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size-mb", type=float, default=60)
+    parser.add_argument("--capture", type=Path, default=Path("/tmp/bench60.pcap"))
     parser.add_argument("--rotate", type=int, default=6)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
     parser.add_argument("--run-master", help=argparse.SUPPRESS)
     parser.add_argument("inputs", nargs="?", help=argparse.SUPPRESS)
@@ -202,28 +189,46 @@ def main() -> None:
     if args.run_master:
         inputs = {label: list(map(Path, files)) for label, files in json.loads(args.inputs).items()}
         with tempfile.TemporaryDirectory(prefix="kafkasniff-bench-out-") as out:
-            print(json.dumps(bench_master(args.run_master, inputs, Path(out))), flush=True)
+            print(json.dumps(bench_master(args.run_master, inputs, Path(out), args.runs)), flush=True)
         return
+    if not args.capture.exists():
+        subprocess.run([sys.executable, str(ROOT / "bench" / "make_big_capture.py"), str(args.capture)], check=True)
+    big = args.capture
+    size = big.stat().st_size
     with tempfile.TemporaryDirectory(prefix="kafkasniff-bench-") as tmp:
         work = Path(tmp)
-        big = work / "big.pcap"
-        packets = build_capture(big, args.size_mb)
-        size = big.stat().st_size
-        print(f"capture: {size / 1e6:.1f} MB, {packets} packets; rotated into {args.rotate} files", flush=True)
         rotated = rotate(big, args.rotate, work)
-
-        started = time.monotonic()
-        with open("/dev/null", "w") as sink:
-            subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "--json", str(big)], stdout=sink,
-                           check=True)
-        seconds = time.monotonic() - started
-        print(f"baseline decode --json, one process: {seconds:.1f} s, {size / 1e6 / seconds:.2f} MB/s", flush=True)
+        ten_small = rotate(big, 10, work, max_bytes=10e6)
         one_connection = work / "one_connection.pcap"
-        one_connection_capture(one_connection, args.size_mb)
-        inputs = {"one_file": [big], "rotated": rotated, "one_connection": [one_connection]}
+        one_connection_capture(one_connection, size / 1e6)
+        print(f"capture: {big}, {size / 1e6:.1f} MB; rotated into {args.rotate} files; 10 captures of "
+              f"{sum(f.stat().st_size for f in ten_small) / 10e6:.1f} MB", flush=True)
+
+        times = decode_seconds(big, args.runs)
+        baseline = size / 1e6 / sorted(times)[len(times) // 2]
+        print(f"baseline decode --json -j 2: {' '.join(f'{t:.2f}' for t in times)} s, {baseline:.2f} MB/s",
+              flush=True)
+        inputs = {"ten_small": ten_small, "one_file": [big], "rotated": rotated, "one_connection": [one_connection]}
+        results = {}
         for master in args.masters:
-            subprocess.run([sys.executable, __file__, "--run-master", master, json.dumps(
-                {label: list(map(str, files)) for label, files in inputs.items()})], check=True)
+            done = subprocess.run([sys.executable, __file__, "--runs", str(args.runs), "--run-master", master,
+                                   json.dumps({label: list(map(str, files)) for label, files in inputs.items()})],
+                                  check=True, capture_output=True, text=True)
+            results[master] = json.loads(done.stdout.splitlines()[-1])
+            print(json.dumps(results[master]), flush=True)
+    if {"local[1]", "local[2]"} <= set(results):
+        one, two = results["local[1]"], results["local[2]"]
+        targets = (
+            ("local[2] one file, share of decode --json -j 2's MB/s (>= 70 %)",
+             two["one_file"]["MB/s"] / baseline, 0.70, "{:.0%}"),
+            ("ten 1 MB captures, seconds after Spark is up, local[2] (<= 10)",
+             two["ten_small"]["seconds"], 10, "{:.1f}"),
+            ("rotated files, local[2] / local[1] speed (>= 1.7x)",
+             one["rotated"]["seconds"] / two["rotated"]["seconds"], 1.7, "{:.2f}x"),
+        )
+        for label, value, bound, shown in targets:
+            met = value <= bound if "<=" in label else value >= bound
+            print(f"{label:<70} {shown.format(value):>8}  {'met' if met else 'MISSED'}")
 
 
 if __name__ == "__main__":
