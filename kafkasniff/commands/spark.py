@@ -53,7 +53,8 @@ def _spark(master: str, confs):
 
 @click.command("spark")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
-@click.option("--out", "out", required=True, help="Folder (or Hadoop URI) for the Parquet tables; replaced.")
+@click.option("--out", "out", required=True,
+              help="Folder (or hdfs://, s3a://, gs:// URI) for the Parquet tables; replaced.")
 @click.option("--port", "ports", type=int, multiple=True,
               help="Kafka broker port hint (Kafka is also found on any port by content).")
 @click.option("--partitions", type=click.IntRange(1),
@@ -69,8 +70,6 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
     from kafkasniff.commands.terminal import fail, make_console
     from kafkasniff.pipeline.inputs import InputError, expand_local, expand_uris, is_uri
 
-    from kafkasniff.pipeline.build import build_tables
-
     try:
         files, warnings = expand_local([i for i in inputs if not is_uri(i)])
     except InputError as error:
@@ -84,6 +83,8 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
             fail(str(error))
         if not files:
             fail("no capture files among the inputs")
+        from kafkasniff.pipeline.build import build_tables  # (pyarrow: there when Spark could start)
+
         summary = build_tables(spark, files, out, ports, partitions)
     warnings += summary.warnings
     for line in warnings[:_WARNINGS_SHOWN]:

@@ -1,31 +1,36 @@
-"""The Spark job: capture files -> segments -> one connection per decoder -> Parquet tables.
+"""The Spark jobs: capture files -> segments -> one connection per decoder -> Parquet tables.
 
-Stages, all on DataFrames whose rows cross between Python and the JVM as Arrow batches:
-1. read (mapInArrow): one task per capture file; plain paths are streamed by the worker with
-   the project's reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment
-   becomes a row keyed by its connection (see `reading`);
-2. shuffle: the rows are hashed by connection key to a partition and sorted there by (key,
-   time, file, index in the file), by Spark's own (spilling) sort, so a partition is a
-   sequence of 4-tuples, each one's packets in capture order, and a big connection never has
-   to fit in memory;
-3. decode (mapInArrow): each 4-tuple's run goes through TcpReassembler and Analyzer; rows of
-   every table come out side by side (see `tables.DECODED_DDL`) and are kept (memory, then
-   disk) for the writes, so the inputs are read and decoded once;
-4. one small collect numbers the connections of the run by first-seen time and pools the
-   topic names; each table is then written as Parquet partitioned by date, counted as it is
-   written (so the summary counts what the tables hold).
+1. One job reads, shuffles and decodes, with the segments crossing between the JVM and the Python
+   workers as Arrow batches (mapInArrow):
+   - read: one task per capture file; plain paths are streamed by the worker with the project's
+     reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment becomes a row
+     keyed by its connection (see `reading`);
+   - shuffle: the rows are hashed by connection key to a partition and sorted there by (key, time,
+     file, index in the file) by Spark's own (spilling) sort, so a partition is a sequence of
+     4-tuples, each one's packets in capture order, and a big connection never has to fit in memory;
+   - decode: each 4-tuple's run goes through TcpReassembler and Analyzer; the rows of every table
+     are staged as Parquet by the worker (see `writing`), and only the facts the run needs (the
+     connections' first packets, topic names, the staged files) go back to the driver.
+2. The driver numbers the connections by first-seen time and pools the topic names.
+3. One job finishes the staged files into the tables (stream numbers, topic names, timestamps,
+   folders by date), each task counting what it wrote: the summary counts what the tables hold.
+The inputs are read and decoded once; no table row passes through the JVM.
 """
 
 from __future__ import annotations
 
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
+from kafkasniff.pipeline.connections import RUN_FACTS_DDL
 from kafkasniff.pipeline.inputs import CaptureFile
 from kafkasniff.pipeline.reading import SEGMENT_DDL, read_local, read_spooled
-from kafkasniff.pipeline.tables import (CONNECTION_ROW, CONNECTIONS, DECODED_DDL, MESSAGE_ROW, MESSAGES,
-                                        RECORD_ROW, RECORDS, TAGGED, TOPIC_NAME_ROW, Table)
+from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
+from kafkasniff.pipeline.writing import mark_done, replace_tables
 
 _COUNTS = ("files", "bytes", "frames", "segments")
 
@@ -79,27 +84,53 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     files = run_order(files)
     names = [f.name for f in files]
     stats = spark.sparkContext.accumulator(_no_reads(), _stats_param())
-    segments = _segments(spark, files, stats)
     hints = frozenset(port_hints)
+    staging = f"_staging-{uuid.uuid4().hex}"
 
     def decode(batches):
+        from pyspark import TaskContext
+
         from kafkasniff.pipeline.connections import decode_partition
 
-        return decode_partition(batches, names, hints)
+        task = TaskContext.get()
+        return decode_partition(batches, names, hints, out, staging,
+                                f"{task.partitionId():05d}-{task.attemptNumber()}")
 
-    decoded = (segments.repartition(partitions or 2 * spark.sparkContext.defaultParallelism, "key")
-               .sortWithinPartitions("key", "ts", "file", "index")
-               .mapInArrow(decode, DECODED_DDL)
-               .persist())
-    try:
-        summary = _write_tables(spark, decoded, out)
-    finally:
-        decoded.unpersist()
+    facts = (_segments(spark, files, stats)
+             .repartition(partitions or spark.sparkContext.defaultParallelism, "key")
+             .sortWithinPartitions("key", "ts", "file", "index")
+             .mapInArrow(decode, RUN_FACTS_DDL)
+             .collect())
+    # numbered as `decode` numbers a capture's connections: by their first packets, in capture order
+    connections = sorted((f.first_seen, f.first_file, f.first_index, f.connection_id)
+                         for f in facts if f.connection_id is not None)
+    streams = {connection[3]: number for number, connection in enumerate(connections)}
+    topic_of_id = dict(sorted({(f.topic_id, f.topic_name) for f in facts if f.topic_id is not None},
+                              reverse=True))  # the smallest name wins
+    staged = [(f.table_name, f.staged) for f in facts if f.staged is not None]
+
+    def finish(batches):
+        from kafkasniff.pipeline.writing import finish_staged
+
+        for batch in batches:
+            for number in batch.column(0).to_pylist():
+                table, path = staged[number]
+                yield pa.RecordBatch.from_pydict(
+                    {"table_name": [table], "rows": [finish_staged(table, path, out, f"{number:05d}", streams,
+                                                                   topic_of_id)]})
+
+    replace_tables(out)
+    written = dict.fromkeys((t.name for t in (CONNECTIONS, MESSAGES, RECORDS)), 0)
+    if staged:
+        for row in (spark.range(len(staged), numPartitions=min(len(staged), spark.sparkContext.defaultParallelism))
+                    .mapInArrow(finish, "table_name string, rows bigint").collect()):
+            written[row.table_name] += row.rows
+    mark_done(out, staging)
     read = stats.value
-    summary.files, summary.bytes, summary.frames, summary.segments = (read[k] for k in _COUNTS)
-    summary.warnings = read["warnings"]
-    summary.seconds = time.monotonic() - started
-    return summary
+    return BuildSummary(files=read["files"], bytes=read["bytes"], frames=read["frames"], segments=read["segments"],
+                        connections=written[CONNECTIONS.name], messages=written[MESSAGES.name],
+                        records=written[RECORDS.name], seconds=time.monotonic() - started,
+                        warnings=read["warnings"])
 
 
 def _segments(spark, files: list[CaptureFile], stats):
@@ -125,66 +156,3 @@ def _segments(spark, files: list[CaptureFile], stats):
         frames.append(spark.read.format("binaryFile").load(list(remote)).select("path", "content")
                       .mapInArrow(read_contents, SEGMENT_DDL))
     return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-
-
-def _write_tables(spark, decoded, out: str) -> BuildSummary:
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    def rows_of(tag: int):
-        return decoded.where(F.col("tag") == tag).select(f"`{TAGGED[tag].name}`.*")
-
-    # The one pass over the inputs: decoding fills the cache; only what numbers and names is collected.
-    small = decoded.where(F.col("tag").isin(CONNECTION_ROW, TOPIC_NAME_ROW)).select(
-        "tag", F.col(f"{CONNECTIONS.name}.connection_id"), F.col(f"{CONNECTIONS.name}.first_seen"),
-        F.col(f"{CONNECTIONS.name}.first_file"), F.col(f"{CONNECTIONS.name}.first_index"),
-        F.col(f"{TAGGED[TOPIC_NAME_ROW].name}.topic_id"), F.col(f"{TAGGED[TOPIC_NAME_ROW].name}.name")).collect()
-    # numbered as `decode` numbers a capture's connections: by their first packets, in capture order
-    connections = sorted((r.first_seen, r.first_file, r.first_index, r.connection_id)
-                         for r in small if r.tag == CONNECTION_ROW)
-    streams = spark.createDataFrame([(c[3], n) for n, c in enumerate(connections)],
-                                    "connection_id string, stream bigint")
-    numbers = F.broadcast(streams)
-    topic_of_id = _topic_id_map([(r.topic_id, r.name) for r in small if r.tag == TOPIC_NAME_ROW])
-
-    records = rows_of(RECORD_ROW)
-    messages = rows_of(MESSAGE_ROW)
-    if topic_of_id is not None:
-        records = records.withColumn("topic", F.coalesce("topic", F.try_element_at(topic_of_id, F.col("topic_id"))))
-        messages = messages.withColumn(
-            "topics", F.transform("topics", lambda t: F.coalesce(F.try_element_at(topic_of_id, t), t)))
-    summary = BuildSummary()
-    counted = {}
-    for table, frame in ((CONNECTIONS, rows_of(CONNECTION_ROW)), (MESSAGES, messages), (RECORDS, records)):
-        counted[table.name] = Observation(table.name)
-        (_final(frame.join(numbers, "connection_id", "left"), table)
-         .observe(counted[table.name], F.count(F.lit(1)).alias("rows"))
-         .write.mode("overwrite").partitionBy("date").parquet(f"{out.rstrip('/')}/{table.name}"))
-    summary.connections, summary.messages, summary.records = (
-        counted[t.name].get["rows"] for t in (CONNECTIONS, MESSAGES, RECORDS))
-    return summary
-
-
-def _topic_id_map(pairs: list[tuple[str, str]]):
-    """Topic id -> name over every input of the run, as a map column (None when no id was named)."""
-    from pyspark.sql import functions as F
-
-    names = dict(sorted(set(pairs), reverse=True))  # the smallest name wins
-    if not names:
-        return None
-    return F.create_map(*(F.lit(part) for pair in names.items() for part in pair))
-
-
-def _final(frame, table: Table):
-    """Raw columns to the table's: timestamps from microseconds, `date`, the documented order."""
-    from pyspark.sql import functions as F
-
-    columns = []
-    for c in table.columns:
-        if c.name == "date":
-            columns.append(F.to_date(F.timestamp_micros(F.col(table.time_column))).alias("date"))
-        elif c.type == "timestamp":
-            columns.append(F.timestamp_micros(F.col(c.name)).alias(c.name))
-        else:
-            columns.append(F.col(c.name))
-    return frame.select(*columns)

@@ -23,14 +23,21 @@ import pyarrow as pa
 
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.pipeline.rows import message_row, micros, record_rows
-from kafkasniff.pipeline.tables import (CONNECTION_ROW, MESSAGE_ROW, RECORD_ROW, TAGGED, TOPIC_NAME_ROW,
-                                        arrow_type)
+from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
+from kafkasniff.pipeline.writing import StagedTables
 from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, endpoint_text
 
-_CONNECTION_NAMES = TAGGED[CONNECTION_ROW].raw_names
+_CONNECTION_NAMES = CONNECTIONS.raw_names
+# What a decode task tells the job, one row per connection, topic id learned and staged file: the rest of
+# what it decoded is in the staged files.
+RUN_FACTS_DDL = ("connection_id string, first_seen bigint, first_file int, first_index bigint, topic_id string, "
+                 "topic_name string, table_name string, staged string, rows bigint")
+RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_seen", pa.int64()), ("first_file", pa.int32()),
+                              ("first_index", pa.int64()), ("topic_id", pa.string()), ("topic_name", pa.string()),
+                              ("table_name", pa.string()), ("staged", pa.string()), ("rows", pa.int64())])
 
 
 def connection_id(a: tcp.Endpoint, b: tcp.Endpoint, first_seen: float) -> str:
@@ -61,6 +68,8 @@ class _Tally:
         self.first_packet = first_packet  # (file number, index in the file)
 
     def files_between(self, first_ts: float, last_ts: float) -> list[int]:
+        if len(self.file_spans) == 1:
+            return [self.file_spans[0][0]]
         files = [file for file, lo, hi in self.file_spans if lo <= last_ts and hi >= first_ts]
         return list(dict.fromkeys(files)) if files else [self.file_spans[-1][0]]
 
@@ -81,41 +90,12 @@ class _Tally:
 
 
 
-class DecodedBatches:
-    """Rows of every table, gathered as tuples and handed over as Arrow batches of DECODED_DDL."""
-
-    ROWS_PER_BATCH = 8192
-
-    def __init__(self) -> None:
-        self.rows: dict[int, list[tuple]] = {tag: [] for tag in TAGGED}
-        self._structs = {tag: pa.struct([(c.name, arrow_type(c.type)) for c in table.raw_columns])
-                         for tag, table in TAGGED.items()}
-        self.schema = pa.schema([("tag", pa.int32())] + [(TAGGED[tag].name, struct)
-                                                         for tag, struct in self._structs.items()])
-        self.pending = 0
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """The rows gathered so far, one batch per kind of row."""
-        for tag, rows in self.rows.items():
-            if not rows:
-                continue
-            struct = self._structs[tag]
-            columns = [pa.array(column, field.type) for column, field in zip(zip(*rows), struct)]
-            own = pa.StructArray.from_arrays(columns, fields=list(struct))
-            n = len(rows)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([tag] * n, pa.int32())] + [own if other == tag else pa.nulls(n, self._structs[other])
-                                                     for other in self._structs], schema=self.schema)
-            rows.clear()
-        self.pending = 0
-
-
 class ConnectionDecoder:
     """The packets of one 4-tuple, in capture order, to rows: TCP reassembly and Kafka decoding as in
     `decode`, with a _Tally per connection for the connections table."""
 
     def __init__(self, port_hints: frozenset[int], topic_resolver: Output, file_names: list[str],
-                 out: DecodedBatches) -> None:
+                 out: StagedTables, facts: list[tuple]) -> None:
         self.reassembler = tcp.TcpReassembler()
         self.analyzer = Analyzer(port_hints, reassembler=self.reassembler)
         self.tallies: dict[int, _Tally] = {}
@@ -123,15 +103,14 @@ class ConnectionDecoder:
         self._topic_resolver = topic_resolver
         self._file_names = file_names
         self._out = out
-        self._position = (0, 0)  # of the segment being fed: (file number, index in the file)
+        self._facts = facts
 
     def feed(self, seg: TcpSegment, file: int, index: int) -> None:
-        self._position = (file, index)
         reassembler = self.reassembler
         late = reassembler.late_segments
         events = reassembler.feed(seg)
         if events:
-            self._observe(events)
+            self._observe(events, (file, index))
         tally = self._current
         if reassembler.late_segments == late and tally is not None:
             tally.packets += 1
@@ -147,21 +126,23 @@ class ConnectionDecoder:
 
     def finish(self) -> None:
         events = self.reassembler.flush()
-        self._observe(events)
+        self._observe(events, None)
         self._rows(self.analyzer.handle(events))
-        rows = self._out.rows[CONNECTION_ROW]
+        rows = self._out.rows[CONNECTIONS.name]
         for tally in self.tallies.values():
             row = tally.row(self._file_names)
             rows.append(tuple(row[n] for n in _CONNECTION_NAMES))
-        self._out.pending += len(self.tallies)
+            self._facts.append((row["connection_id"], row["first_seen"], row["first_file"], row["first_index"],
+                                None, None, None, None, None))
 
-    def _observe(self, events: list) -> None:
+    def _observe(self, events: list, position: tuple[int, int] | None) -> None:
+        """Fill the tallies from TCP events; `position` is that of the segment they came from."""
         for ev in events:
             kind = type(ev)
             if kind is tcp.StreamData:
                 self.tallies[ev.conn.stream].bytes[ev.direction] += len(ev.data)
             elif kind is tcp.ConnectionOpened:
-                self._current = self.tallies[ev.conn.stream] = _Tally(ev, self._position)
+                self._current = self.tallies[ev.conn.stream] = _Tally(ev, position)
             elif kind is tcp.Gap:
                 tally = self.tallies[ev.conn.stream]
                 tally.gaps += 1
@@ -170,8 +151,7 @@ class ConnectionDecoder:
                 self.tallies[ev.conn.stream].end_reason = ev.reason
 
     def _rows(self, events: list) -> None:
-        out = self._out
-        messages, records = out.rows[MESSAGE_ROW], out.rows[RECORD_ROW]
+        messages, records = self._out.rows[MESSAGES.name], self._out.rows[RECORDS.name]
         for ev in events:
             if type(ev) is NoticeEvent:
                 if ev.kind == "tls" and ev.conn is not None:
@@ -196,14 +176,14 @@ class ConnectionDecoder:
             messages.append(message_row(ev, tally.id, files, topics, len(found) if found is not None else None))
             if found:
                 records += found
-                out.pending += len(found)
-        out.pending += len(events)
 
 
-def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], port_hints: frozenset[int]
-                     ) -> Iterator[pa.RecordBatch]:
-    """A Spark partition of segment batches sorted by (key, ts, file, index) to batches of DECODED_DDL."""
-    out = DecodedBatches()
+def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], port_hints: frozenset[int],
+                     out: str, staging: str, task: str) -> Iterator[pa.RecordBatch]:
+    """A Spark partition of segment batches sorted by (key, ts, file, index): rows of every table staged
+    under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned."""
+    staged = StagedTables(out, staging, task)
+    facts: list[tuple] = []
     # decode's own topic lookup; the ids it learns are pooled over the run by the job
     topic_resolver = Output(OutputOptions(view="json"))
     decoder: ConnectionDecoder | None = None
@@ -217,7 +197,7 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
             if key != current_key:
                 if decoder is not None:
                     decoder.finish()
-                decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, out)
+                decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts)
                 current_key = key
                 last_ts, first_file_of = None, {}
             if seg.ts != last_ts:
@@ -226,9 +206,12 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
             if first_file_of.setdefault(seg[1:], file) != file:
                 continue
             decoder.feed(seg, file, index)
-            if out.pending >= out.ROWS_PER_BATCH:
-                yield from out.batches()
+        staged.flush()
     if decoder is not None:
         decoder.finish()
-    out.rows[TOPIC_NAME_ROW] += topic_resolver.topic_names.by_id.items()
-    yield from out.batches()
+    facts += ((None, None, None, None, topic_id, name, None, None, None)
+              for topic_id, name in topic_resolver.topic_names.by_id.items())
+    facts += ((None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
+    if facts:
+        columns = [pa.array(column, field.type) for column, field in zip(zip(*facts), RUN_FACTS_SCHEMA)]
+        yield pa.RecordBatch.from_arrays(columns, schema=RUN_FACTS_SCHEMA)

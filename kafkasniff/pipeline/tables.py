@@ -132,21 +132,27 @@ CONNECTIONS = Table("connections", "first_seen", (
 
 TABLES = (MESSAGES, RECORDS, CONNECTIONS)
 
-# What the decode stage hands the JVM: one table of rows of every kind, side by side. A row holds the
-# tag of its kind and one struct per kind (in TAGGED's order), all null but its own.
-TOPIC_NAMES = Table("topic_names", "", (Column("topic_id", "string", ""), Column("name", "string", "")),
-                    "(topic id, name) pairs a connection's responses taught, pooled over the run by the job")
-MESSAGE_ROW, RECORD_ROW, CONNECTION_ROW, TOPIC_NAME_ROW = range(4)
-TAGGED = {MESSAGE_ROW: MESSAGES, RECORD_ROW: RECORDS, CONNECTION_ROW: CONNECTIONS, TOPIC_NAME_ROW: TOPIC_NAMES}
-DECODED_DDL = ", ".join(["tag int"] + [f"`{t.name}` struct<{', '.join(f'`{c.name}`: {c.type}' for c in t.raw_columns)}>"
-                                       for t in TAGGED.values()])
 
 
 def arrow_type(ddl: str):
-    """The Arrow type Spark reads as the Spark SQL type `ddl` (the types of these tables)."""
+    """The Arrow type of a column of Spark SQL type `ddl` (the types of these tables), as written to Parquet."""
     import pyarrow as pa
 
     if ddl.startswith("array<"):
         return pa.list_(arrow_type(ddl[len("array<"):-1]))
     return {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "double": pa.float64(),
-            "boolean": pa.bool_()}[ddl]
+            "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}[ddl]
+
+
+def raw_schema(table: Table):
+    """The Arrow schema of the table's raw rows (see `Table.raw_columns`)."""
+    import pyarrow as pa
+
+    return pa.schema([(c.name, arrow_type(c.type)) for c in table.raw_columns])
+
+
+def file_schema(table: Table):
+    """The Arrow schema of the table's Parquet files: its columns but `date`, which names their folder."""
+    import pyarrow as pa
+
+    return pa.schema([(c.name, arrow_type(c.type)) for c in table.columns if c.name != DATE.name])

@@ -1,0 +1,117 @@
+"""The tables' Parquet files, written by the Spark workers with pyarrow: no table row passes through the JVM.
+
+Two steps. Each decode task stages its raw rows, one Parquet file per table, under
+OUT/_staging-RUN/ (a name Spark and other readers skip). Once the run's connections are
+numbered and its topic ids named, one finishing task per staged file adds `stream`, names the
+topic ids, makes timestamps of microseconds and writes OUT/TABLE/date=YYYY-MM-DD/part-*.parquet,
+which Spark reads with `date` as a partition column. OUT is a local path (on a cluster, one
+every executor sees at the same place) or a URI of a file system pyarrow has: hdfs://, s3://
+(s3a:// is taken as s3://), gs://.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import date, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+from kafkasniff.pipeline.inputs import is_uri
+from kafkasniff.pipeline.tables import MESSAGES, RECORDS, TABLES, file_schema, raw_schema
+
+_MICROS_PER_DAY = 86_400_000_000
+_EPOCH = date(1970, 1, 1)
+_TABLE = {t.name: t for t in TABLES}
+
+
+def output_fs(out: str) -> tuple[pafs.FileSystem, str]:
+    """The file system and path of the --out folder."""
+    if not is_uri(out):
+        return pafs.LocalFileSystem(), os.path.abspath(out)
+    filesystem, path = pafs.FileSystem.from_uri(re.sub(r"^s3a://", "s3://", out))
+    return filesystem, path.rstrip("/")
+
+
+class StagedTables:
+    """A decode task's rows of every table, gathered as tuples (raw column order) in `rows` and
+    written out in row groups as they come, one staged file per table."""
+
+    ROWS_PER_GROUP = 16384
+
+    def __init__(self, out: str, staging: str, task: str) -> None:
+        self._fs, root = output_fs(out)
+        self.rows: dict[str, list[tuple]] = {t.name: [] for t in TABLES}
+        self._paths = {t.name: f"{root}/{staging}/{t.name}/{task}.parquet" for t in TABLES}
+        self._schemas = {t.name: raw_schema(t) for t in TABLES}
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self.written = dict.fromkeys(self.rows, 0)
+
+    def flush(self, *, all_rows: bool = False) -> None:
+        for name, rows in self.rows.items():
+            if rows and (all_rows or len(rows) >= self.ROWS_PER_GROUP):
+                schema = self._schemas[name]
+                writer = self._writers.get(name)
+                if writer is None:
+                    self._fs.create_dir(self._paths[name].rsplit("/", 1)[0])
+                    writer = self._writers[name] = pq.ParquetWriter(self._paths[name], schema, filesystem=self._fs)
+                columns = [pa.array(column, field.type) for column, field in zip(zip(*rows), schema)]
+                writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+                self.written[name] += len(rows)
+                rows.clear()
+
+    def close(self) -> list[tuple[str, str, int]]:
+        """(table, staged file, rows) of every file written."""
+        self.flush(all_rows=True)
+        for writer in self._writers.values():
+            writer.close()
+        return [(name, self._paths[name], self.written[name]) for name in self._writers]
+
+
+def finish_staged(table_name: str, staged: str, out: str, part: str, streams: dict[str, int],
+                  topic_of_id: dict[str, str]) -> int:
+    """Write a staged file's rows as the table's; returns how many rows were written."""
+    filesystem, root = output_fs(out)
+    table = _TABLE[table_name]
+    raw = pq.read_table(staged, filesystem=filesystem)
+    columns = {name: raw.column(name) for name in raw.column_names}
+    columns["stream"] = pa.array([streams[c] for c in columns["connection_id"].to_pylist()], pa.int64())
+    if topic_of_id and table is MESSAGES:
+        columns["topics"] = pa.array([None if topics is None else [topic_of_id.get(t, t) for t in topics]
+                                      for topics in columns["topics"].to_pylist()], pa.list_(pa.string()))
+    if topic_of_id and table is RECORDS:
+        columns["topic"] = pa.array([topic if topic is not None else topic_of_id.get(topic_id) for topic, topic_id
+                                     in zip(columns["topic"].to_pylist(), columns["topic_id"].to_pylist())],
+                                    pa.string())
+    schema = file_schema(table)
+    finished = pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
+    days = [micros // _MICROS_PER_DAY for micros in columns[table.time_column].to_pylist()]
+    for day in sorted(set(days)):
+        rows = finished if len(set(days)) == 1 else finished.filter(pa.array([d == day for d in days]))
+        folder = f"{root}/{table.name}/date={(_EPOCH + timedelta(days=day)).isoformat()}"
+        filesystem.create_dir(folder)
+        pq.write_table(rows, f"{folder}/part-{part}.parquet", filesystem=filesystem)
+    filesystem.delete_file(staged)
+    return finished.num_rows
+
+
+def replace_tables(out: str) -> None:
+    """Empty table folders under `out`, replacing any earlier run's."""
+    filesystem, root = output_fs(out)
+    for table in TABLES:
+        folder = f"{root}/{table.name}"
+        if filesystem.get_file_info(folder).type != pafs.FileType.NotFound:
+            filesystem.delete_dir(folder)
+        filesystem.create_dir(folder)
+
+
+def mark_done(out: str, staging: str) -> None:
+    """What Spark's writer leaves behind: a _SUCCESS file per table; the staging folder goes."""
+    filesystem, root = output_fs(out)
+    for table in TABLES:
+        with filesystem.open_output_stream(f"{root}/{table.name}/_SUCCESS"):
+            pass
+    filesystem.delete_dir(f"{root}/{staging}")
+
