@@ -378,6 +378,22 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
                           str(len(tables["records"]))]
 
 
+def test_a_capture_without_packets_gives_empty_tables(spark, tmp_path):
+    empty = tmp_path / "empty.pcap"
+    with open(empty, "wb") as out:
+        dpkt.pcap.Writer(out, linktype=dpkt.pcap.DLT_EN10MB)
+    out = tmp_path / "tables"
+    (out / "messages").mkdir(parents=True)
+    (out / "messages" / "old.parquet").write_bytes(b"an earlier run's file")
+    summary = build_tables(spark, expand_local([str(empty)])[0], str(out))
+    assert (summary.files, summary.segments, summary.connections, summary.messages, summary.records) == (1, 0, 0, 0, 0)
+    assert sorted(p.name for p in out.iterdir()) == ["connections", "messages", "records"], "no staging left"
+    assert all([p.name for p in (out / t.name).iterdir()] == ["_SUCCESS"] for t in TABLES)
+    result = CliRunner().invoke(main, ["report", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["summary"][0]["messages"] == 0
+
+
 def percentile(values: list[float], p: float) -> float:
     """Linear interpolation between closest ranks (Spark's `percentile`, numpy's default)."""
     ordered = sorted(values)

@@ -30,7 +30,7 @@ from kafkasniff.pipeline.connections import RUN_FACTS_DDL
 from kafkasniff.pipeline.inputs import CaptureFile
 from kafkasniff.pipeline.reading import SEGMENT_DDL, read_local, read_spooled
 from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
-from kafkasniff.pipeline.writing import mark_done, replace_tables
+from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
 
 _COUNTS = ("files", "bytes", "frames", "segments")
 
@@ -96,6 +96,20 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
         return decode_partition(batches, names, hints, out, staging,
                                 f"{task.partitionId():05d}-{task.attemptNumber()}")
 
+    try:
+        written = _decode_and_write(spark, files, stats, decode, out, staging, partitions)
+    finally:
+        remove_staging(out, staging)
+    read = stats.value
+    return BuildSummary(files=read["files"], bytes=read["bytes"], frames=read["frames"], segments=read["segments"],
+                        connections=written[CONNECTIONS.name], messages=written[MESSAGES.name],
+                        records=written[RECORDS.name], seconds=time.monotonic() - started,
+                        warnings=read["warnings"])
+
+
+def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, staging: str,
+                      partitions: int | None) -> dict[str, int]:
+    """The two jobs (see the module's docstring); returns the rows written to each table."""
     facts = (_segments(spark, files, stats)
              .repartition(partitions or spark.sparkContext.defaultParallelism, "key")
              .sortWithinPartitions("key", "ts", "file", "index")
@@ -125,12 +139,8 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
         for row in (spark.range(len(staged), numPartitions=min(len(staged), spark.sparkContext.defaultParallelism))
                     .mapInArrow(finish, "table_name string, rows bigint").collect()):
             written[row.table_name] += row.rows
-    mark_done(out, staging)
-    read = stats.value
-    return BuildSummary(files=read["files"], bytes=read["bytes"], frames=read["frames"], segments=read["segments"],
-                        connections=written[CONNECTIONS.name], messages=written[MESSAGES.name],
-                        records=written[RECORDS.name], seconds=time.monotonic() - started,
-                        warnings=read["warnings"])
+    mark_done(out)
+    return written
 
 
 def _segments(spark, files: list[CaptureFile], stats):

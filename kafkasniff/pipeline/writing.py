@@ -107,11 +107,17 @@ def replace_tables(out: str) -> None:
         filesystem.create_dir(folder)
 
 
-def mark_done(out: str, staging: str) -> None:
-    """What Spark's writer leaves behind: a _SUCCESS file per table; the staging folder goes."""
+def mark_done(out: str) -> None:
+    """What Spark's writer leaves behind: a _SUCCESS file per table."""
     filesystem, root = output_fs(out)
     for table in TABLES:
         with filesystem.open_output_stream(f"{root}/{table.name}/_SUCCESS"):
             pass
-    filesystem.delete_dir(f"{root}/{staging}")
+
+
+def remove_staging(out: str, staging: str) -> None:
+    """The staging folder goes, whether the run succeeded or not (a run without packets staged nothing)."""
+    filesystem, root = output_fs(out)
+    if filesystem.get_file_info(f"{root}/{staging}").type != pafs.FileType.NotFound:
+        filesystem.delete_dir(f"{root}/{staging}")
 
