@@ -124,3 +124,37 @@ def test_a_dump_of_more_text_than_one_message_needs_is_refused_as_it_is_read(tmp
     assert done.stderr == ("kafkasniff: cannot read the hex dump: more than 16 MiB of text; a dump holds one message: "
                            "keep its lines only\n")
     assert done.seconds < 5 and done.peak_mb < 100
+
+
+# --- a response whose request was not captured (item 2) -------------------------------------------------------
+
+def unmatched_response_capture(path, items: int):
+    """An ApiVersions request (correlation id 8), and a response to an earlier request that was not captured
+    (7): a throttle time, then an array of `items` all-zero 4-byte structs, which DeleteTopics v1 reads as
+    results named '' with no error, and which leads the other schemas with arrays far into the frame."""
+    payload = struct.pack(">iii", 7, 0, items) + bytes(4 * items)
+    return conversation_capture(path, (True, encode_request(18, 0, 8, "c", {})),
+                                (False, struct.pack(">i", len(payload)) + payload))
+
+
+def test_a_small_unmatched_response_is_inferred_from_every_schema(tmp_path):
+    done = decode_measured(unmatched_response_capture(tmp_path / "small.pcap", 1000), ["--json"])
+    response = json.loads(done.head.split(b"\n")[1])
+    assert (response["api_name"], response["api_version"], response["correlation_id"], response["size"],
+            response["malformed"]) == ("DeleteTopics", 1, 7, 4012, None)
+    assert len(response["body"]["responses"]) == 1000
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_large_unmatched_response_costs_work_bounded_by_its_size(tmp_path, view):
+    """Once 96 s and 542 MB: a 3.1 MB response tried against every response schema in full."""
+    done = decode_measured(unmatched_response_capture(tmp_path / "large.pcap", 775_000), VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.seconds < 10 and done.peak_mb < 100, f"{view}: {done.seconds:.1f} s, {done.peak_mb:.0f} MB"
+    if view == "json":
+        request, response = (json.loads(line) for line in done.head.splitlines()[:2])
+        assert (request["api_name"], response["correlation_id"], response["size"], response["api_key"]) == (
+            "ApiVersions", 7, 3_100_012, None)
+        assert response["malformed"] == {"offset": 4, "reason": (
+            "request not captured, and none of the 55 response schemas tried fits these bytes (313 not tried: "
+            "the work per frame is bounded by its size)")}

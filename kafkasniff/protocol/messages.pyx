@@ -122,6 +122,16 @@ def decode_response(buf, int api_key, int api_version, Py_ssize_t pos=0, end=Non
     return _decode(RESPONSE, api_key, api_version, buf, pos, stop, skim)
 
 
+def screen_response(buf, int api_key, int api_version, Py_ssize_t pos, Py_ssize_t end, long long steps_allowed):
+    """(suspicion, steps): how implausible the bytes look as this response (as the summary counts it), or None
+    when they are not one to the last byte; a walk that makes nothing, to rank many schemas before decoding any.
+    It takes a step per value; past `steps_allowed` it stops, and steps says so (> steps_allowed)."""
+    cdef _Layout layout = _layout(RESPONSE, api_key, api_version)
+    if layout.problem is not None:
+        return None, 0
+    return _walk.screen(layout.programs, buf, pos, min(end, len(buf)), steps_allowed)
+
+
 def decode_response_for_request(buf, int api_key, int api_version, Py_ssize_t pos=0, end=None, *,
                                 bint skim=False) -> Message:
     """Decode a response at its request's version, honouring Kafka's version fallbacks."""

@@ -61,7 +61,7 @@ cdef class Session:
     cdef str sasl_mechanism
     cdef str ignored  # why everything is dropped: "tls" or "not-kafka"; None while decoding
     cdef list ignored_bytes  # bytes of each side dropped so, reported when the connection ends
-    cdef public tuple known_fits  # (payload, fits) of the frame ResponseFrames just inferred
+    cdef public tuple just_inferred  # (payload, infer_response's answer) of the frame ResponseFrames just inferred
     cdef list events
 
     cpdef list data(self, int side, bytes data, double ts)

@@ -192,11 +192,11 @@ class ResponseFrames:
         if request is None:
             if not self.inference_budget:
                 return False
-            fits = infer_response(payload, usual=self.session.usual_requests())
-            if not fits:
+            reading, screened = inferred = infer_response(payload, usual=self.session.usual_requests())
+            if reading is None:
                 self.inference_budget -= 1
-            self.session.known_fits = (payload, fits)  # the frame is decoded next: its fits are known
-            return bool(fits)
+            self.session.just_inferred = (payload, inferred)  # the frame is decoded next: its reading is known
+            return reading is not None
         m = request.message
         return decode_response_for_request(payload, m.api_key, m.api_version, skim=True).malformed is None
 
@@ -234,7 +234,7 @@ cdef class Session:
         self.sasl_mechanism = None
         self.ignored = None
         self.ignored_bytes = [0, 0]
-        self.known_fits = None
+        self.just_inferred = None
         self.events = []
         if client_side is not None:
             self._set_roles(client_side)
@@ -365,7 +365,7 @@ cdef class Session:
             first = next((item for item in framed if isinstance(item, Frame)), None)
             # Frames found by resynchronising fit a response already; a side captured from its
             # start is framed without looking.
-            if first is not None and (not self.from_start[server_side] or infer_response(first.payload)):
+            if first is not None and (not self.from_start[server_side] or infer_response(first.payload)[0] is not None):
                 self._set_roles(1 - server_side)
                 self._replay(1 - server_side)
                 return True
@@ -520,17 +520,17 @@ cdef class Session:
             if quirks.starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
                 self._raw_sasl(not msg.errors)  # its ErrorCode is 0
         else:
-            known, self.known_fits = self.known_fits, None
-            fits = known[1] if known is not None and known[0] == payload else \
+            known, self.just_inferred = self.just_inferred, None
+            reading, screened = known[1] if known is not None and known[0] == payload else \
                 infer_response(payload, usual=self.usual_requests())
-            if fits:
-                msg = fits[0]
+            if reading is not None:
+                msg = reading
             else:
                 msg = Message("response", None, None, 0, len(payload))
                 msg.correlation_id = correlation_id
-                msg.malformed = Malformed(0, "request not captured, and no response schema fits these bytes")
+                msg.malformed = Malformed(0, f"request not captured, and {screened.nothing_fits()}")
             event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
-            event.inferred = bool(fits)
+            event.inferred = reading is not None
         if msg.api_key == SASL_AUTHENTICATE:
             msg.sasl_mechanism = self.sasl_mechanism
         self.events.append(event)

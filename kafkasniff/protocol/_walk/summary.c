@@ -345,3 +345,106 @@ done:
     PyBuffer_Release(&buf);
     return result;
 }
+
+/* The screen: the summary's walk with nothing kept but how implausible the reading looks. It makes no
+ * Python object, so trying every response schema on a frame whose request was not captured costs a walk
+ * per schema and no more; only the schemas it ranks best are then summarized. Each walk is given a number of
+ * steps (a step per field value, struct and unknown tag) so that the work per frame is bounded by the caller. */
+
+typedef struct {
+    int suspicion;
+    int64_t steps, steps_allowed;
+} Screen;
+
+/* One more step; past those allowed, the walk stops (as a Python exception, which screen() takes back). */
+static int step(Screen *s) {
+    if (++s->steps <= s->steps_allowed)
+        return 0;
+    PyErr_SetNone(PyExc_StopIteration);
+    return -1;
+}
+
+static int sc_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py_ssize_t at, const uint8_t *p) {
+    Screen *s = w->state;
+    if (step(s) < 0)
+        return -1;
+    if (role != R_ERROR_CODE)
+        return 0;
+    int known = error_code_known(fixed_value(kind, p));
+    if (known < 0)
+        return -1;
+    s->suspicion += !known;
+    return 0;
+}
+
+static int sc_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
+                   const uint8_t *p, Py_ssize_t n, int not_nullable) {
+    Screen *s = w->state;
+    s->suspicion += not_nullable;
+    return step(s);
+}
+
+static int sc_array_null(Walker *w, int name, int type, Py_ssize_t at, Py_ssize_t size, int not_nullable) {
+    Screen *s = w->state;
+    s->suspicion += not_nullable;
+    return step(s);
+}
+
+static int sc_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ssize_t at) {
+    return step(w->state);
+}
+
+static int sc_struct_end(Walker *w, Py_ssize_t end, int ok) { return 0; }
+
+static int sc_tagged_unknown(Walker *w, uint64_t tag, Py_ssize_t at, Py_ssize_t size, const uint8_t *p) {
+    Screen *s = w->state;
+    s->suspicion++;
+    return step(s);
+}
+
+/* Records are a bytes field to the walk: what they hold does not change where the body ends. */
+static int sc_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at, Py_ssize_t n) {
+    return step(w->state);
+}
+
+static const Builder screen_builder = {sc_fixed, sc_text, s_array_begin, sc_array_null, s_array_end,
+                                       sc_struct_begin, s_struct_null, sc_struct_end, s_tagged_begin,
+                                       sc_tagged_unknown, s_tagged_end, sc_records, s_embedded};
+
+/* screen(programs, buf, pos, end, steps_allowed) -> (suspicion, steps): suspicion is None unless the programs,
+ * walked one after the other, consume buf[pos:end] exactly; steps > steps_allowed when the walk was stopped
+ * before it could tell. */
+PyObject *screen(PyObject *self, PyObject *args) {
+    PyObject *programs;
+    Py_buffer buf;
+    Py_ssize_t pos, end;
+    long long steps_allowed;
+    if (!PyArg_ParseTuple(args, "O!y*nnL:screen", &PyTuple_Type, &programs, &buf, &pos, &end, &steps_allowed))
+        return NULL;
+    PyObject *result = NULL;
+    if (pos < 0 || end > buf.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "screen: range outside the buffer");
+        goto done;
+    }
+    Screen s = {.steps_allowed = steps_allowed};
+    Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &screen_builder, .state = &s};
+    Py_ssize_t at = pos;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(programs) && !w.failed; i++) {
+        PyObject *program = PyTuple_GET_ITEM(programs, i);
+        if (!PyObject_TypeCheck(program, &ProgramType)) {
+            PyErr_SetString(PyExc_TypeError, "screen: programs must be Programs");
+            goto done;
+        }
+        walk_program(&w, (const Program *)program, at, end, &at);
+    }
+    if (w.failed == 2) {
+        if (s.steps <= s.steps_allowed || !PyErr_ExceptionMatches(PyExc_StopIteration))
+            goto done;
+        PyErr_Clear();
+    }
+    int fits = !w.failed && at == end;
+    result = Py_BuildValue("(NL)", fits ? PyLong_FromLong(s.suspicion) : Py_NewRef(Py_None), (long long)s.steps);
+done:
+    PyBuffer_Release(&buf);
+    return result;
+}
