@@ -14,7 +14,7 @@ from functools import cache
 from typing import NamedTuple
 
 from kafkasniff.protocol.messages import (Message, all_versions, decode_request, decode_response,
-                                          decode_response_for_request, screen_response, with_fields)
+                                          decode_response_for_request, screen_responses, with_fields)
 from kafkasniff.protocol.schema import api_name
 
 
@@ -52,22 +52,18 @@ def response_fits(buf, pos: int = 0, end: int | None = None,
     version. Schemas are screened in that order of preference (usual ones first) until the frame's steps are
     spent; those left are counted as untried."""
     end = len(buf) if end is None else min(end, len(buf))
-    usual_keys = {key for key, _ in usual}
-    candidates = sorted(all_versions_list("response"), key=lambda kv: (kv not in usual, kv[0] not in usual_keys, kv))
-    steps_left = SCREEN_STEPS_PER_BYTE * (end - pos) + SCREEN_STEPS_SPARE
-    ranked = []
-    for tried, (key, version) in enumerate(candidates):
-        suspicion, steps = screen_response(buf, key, version, pos, end, steps_left)
-        steps_left -= steps
-        if steps_left < 0:
-            untried = len(candidates) - tried
-            break
-        if suspicion is not None:
-            ranked.append((suspicion, (key, version) not in usual, key not in usual_keys, key, version))
+    everything = all_versions_list("response")
+    if usual:
+        usual_keys = {key for key, _ in usual}
+        candidates = ([kv for kv in everything if kv in usual] +
+                      [kv for kv in everything if kv[0] in usual_keys and kv not in usual] +
+                      [kv for kv in everything if kv[0] not in usual_keys])
     else:
-        untried = 0
-    ranked.sort()
-    return Screened([(key, version) for *_, key, version in ranked], untried)
+        candidates = everything
+    fits, tried = screen_responses(candidates, buf, pos, end, SCREEN_STEPS_PER_BYTE * (end - pos) + SCREEN_STEPS_SPARE)
+    # candidates are in order of preference: among equally suspicious fits, the first screened wins
+    fits.sort(key=lambda fit: (fit[1], fit[0]))
+    return Screened([candidates[index] for index, _ in fits], len(candidates) - tried)
 
 
 def infer_response(buf, pos: int = 0, end: int | None = None, usual: frozenset[tuple[int, int]] = frozenset(),

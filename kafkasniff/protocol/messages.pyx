@@ -122,14 +122,13 @@ def decode_response(buf, int api_key, int api_version, Py_ssize_t pos=0, end=Non
     return _decode(RESPONSE, api_key, api_version, buf, pos, stop, skim)
 
 
-def screen_response(buf, int api_key, int api_version, Py_ssize_t pos, Py_ssize_t end, long long steps_allowed):
-    """(suspicion, steps): how implausible the bytes look as this response (as the summary counts it), or None
-    when they are not one to the last byte; a walk that makes nothing, to rank many schemas before decoding any.
-    It takes a step per value; past `steps_allowed` it stops, and steps says so (> steps_allowed)."""
-    cdef _Layout layout = _layout(RESPONSE, api_key, api_version)
-    if layout.problem is not None:
-        return None, 0
-    return _walk.screen(layout.programs, buf, pos, min(end, len(buf)), steps_allowed)
+def screen_responses(versions, buf, Py_ssize_t pos, Py_ssize_t end, long long steps_allowed) -> tuple[list, int]:
+    """Which of the response (API key, version)s, all versions Kafka defines, consume the bytes exactly: a walk per
+    schema that makes nothing, to rank many schemas before decoding any. The walks take a step per value, at
+    most `steps_allowed` in all, in order. Gives ([(index in versions, suspicion)], how many were tried);
+    suspicion counts implausible values as the summary does."""
+    cdef list schemas = [(<_Layout>_layout(RESPONSE, key, version)).programs for key, version in versions]
+    return _walk.screen(schemas, buf, pos, min(end, len(buf)), steps_allowed)
 
 
 def decode_response_for_request(buf, int api_key, int api_version, Py_ssize_t pos=0, end=None, *,

@@ -411,40 +411,75 @@ static const Builder screen_builder = {sc_fixed, sc_text, s_array_begin, sc_arra
                                        sc_struct_begin, s_struct_null, sc_struct_end, s_tagged_begin,
                                        sc_tagged_unknown, s_tagged_end, sc_records, s_embedded};
 
-/* screen(programs, buf, pos, end, steps_allowed) -> (suspicion, steps): suspicion is None unless the programs,
- * walked one after the other, consume buf[pos:end] exactly; steps > steps_allowed when the walk was stopped
- * before it could tell. */
-PyObject *screen(PyObject *self, PyObject *args) {
-    PyObject *programs;
-    Py_buffer buf;
-    Py_ssize_t pos, end;
-    long long steps_allowed;
-    if (!PyArg_ParseTuple(args, "O!y*nnL:screen", &PyTuple_Type, &programs, &buf, &pos, &end, &steps_allowed))
-        return NULL;
-    PyObject *result = NULL;
-    if (pos < 0 || end > buf.len || pos > end) {
-        PyErr_SetString(PyExc_ValueError, "screen: range outside the buffer");
-        goto done;
+/* One schema's walk: its suspicion if the programs, walked one after the other, consume buf[pos:end] exactly, else
+ * -1; *steps grows by the steps taken, and past steps_allowed the walk stops (-2). -3 with a Python exception. */
+static int screen_one(PyObject *programs, Py_buffer *buf, Py_ssize_t pos, Py_ssize_t end, int64_t *steps,
+                      int64_t steps_allowed) {
+    if (!PyTuple_Check(programs)) {
+        PyErr_SetString(PyExc_TypeError, "screen: each schema's programs must be a tuple");
+        return -3;
     }
-    Screen s = {.steps_allowed = steps_allowed};
-    Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &screen_builder, .state = &s};
+    Screen s = {.steps = *steps, .steps_allowed = steps_allowed};
+    Walker w = {.b = buf->buf, .buflen = buf->len, .bufobj = buf->obj, .builder = &screen_builder, .state = &s};
     Py_ssize_t at = pos;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(programs) && !w.failed; i++) {
         PyObject *program = PyTuple_GET_ITEM(programs, i);
         if (!PyObject_TypeCheck(program, &ProgramType)) {
             PyErr_SetString(PyExc_TypeError, "screen: programs must be Programs");
-            goto done;
+            return -3;
         }
         walk_program(&w, (const Program *)program, at, end, &at);
     }
+    *steps = s.steps;
     if (w.failed == 2) {
         if (s.steps <= s.steps_allowed || !PyErr_ExceptionMatches(PyExc_StopIteration))
-            goto done;
+            return -3;
         PyErr_Clear();
+        return -2;
     }
-    int fits = !w.failed && at == end;
-    result = Py_BuildValue("(NL)", fits ? PyLong_FromLong(s.suspicion) : Py_NewRef(Py_None), (long long)s.steps);
+    return !w.failed && at == end ? s.suspicion : -1;
+}
+
+/* screen(schemas, buf, pos, end, steps_allowed) -> (fits, tried): schemas is a sequence of program tuples (a
+ * header's, then a body's), walked in order until they are all tried or steps_allowed steps are spent in all;
+ * fits lists (index, suspicion) of those that consume buf[pos:end] exactly, tried how many were walked to
+ * the end. */
+PyObject *screen(PyObject *self, PyObject *args) {
+    PyObject *schemas;
+    Py_buffer buf;
+    Py_ssize_t pos, end;
+    long long steps_allowed;
+    if (!PyArg_ParseTuple(args, "Oy*nnL:screen", &schemas, &buf, &pos, &end, &steps_allowed))
+        return NULL;
+    PyObject *result = NULL, *fits = NULL, *seq = NULL;
+    if (pos < 0 || end > buf.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "screen: range outside the buffer");
+        goto done;
+    }
+    if ((seq = PySequence_Fast(schemas, "screen: schemas must be a sequence")) == NULL ||
+        (fits = PyList_New(0)) == NULL)
+        goto done;
+    int64_t steps = 0;
+    Py_ssize_t tried = 0, count = PySequence_Fast_GET_SIZE(seq);
+    for (; tried < count; tried++) {
+        int found = screen_one(PySequence_Fast_GET_ITEM(seq, tried), &buf, pos, end, &steps, steps_allowed);
+        if (found == -3)
+            goto done;
+        if (found == -2)
+            break;
+        if (found >= 0) {
+            PyObject *fit = Py_BuildValue("(ni)", tried, found);
+            if (fit == NULL || PyList_Append(fits, fit) < 0) {
+                Py_XDECREF(fit);
+                goto done;
+            }
+            Py_DECREF(fit);
+        }
+    }
+    result = Py_BuildValue("(On)", fits, tried);
 done:
+    Py_XDECREF(fits);
+    Py_XDECREF(seq);
     PyBuffer_Release(&buf);
     return result;
 }
