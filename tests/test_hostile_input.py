@@ -9,7 +9,9 @@ process is the whole tree.
 from __future__ import annotations
 
 import json
+import re
 import struct
+import subprocess
 import sys
 
 import cramjam
@@ -158,3 +160,82 @@ def test_a_large_unmatched_response_costs_work_bounded_by_its_size(tmp_path, vie
         assert response["malformed"] == {"offset": 4, "reason": (
             "request not captured, and none of the 55 response schemas tried fits these bytes (313 not tried: "
             "the work per frame is bounded by its size)")}
+
+
+# --- long arrays of small items (item 1) -----------------------------------------------------------------------
+
+ITEMS = 2_000_000
+SHOWN = 10_000  # items of an array -V and --hex show unless --full
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def metadata_v9_of_unnamed_topics(count: int) -> bytes:
+    """A Metadata v9 request (header v2: correlation id 1, client id 'c') naming `count` topics '' (2 bytes each:
+    the name's length and no tagged fields), then the three booleans of the version and no tagged fields."""
+    payload = (struct.pack(">hhih", 3, 9, 1, 1) + b"c\x00" + uvarint(count + 1) + b"\x01\x00" * count
+               + b"\x00\x00\x00\x00")
+    return struct.pack(">i", len(payload)) + payload
+
+
+LONG_ARRAYS = {  # (frame maker, bytes per item, the array's path)
+    "int8 items": (lambda: encode_request(78, 1, 1, "c", {
+        "GroupId": "g", "MemberId": "m", "Topics": [{"TopicId": "00000000-0000-0000-0000-000000000001", "Partitions": [
+            {"PartitionIndex": 0, "AcknowledgementBatches": [
+                {"FirstOffset": 0, "LastOffset": 1, "AcknowledgeTypes": [1] * ITEMS}]}]}]}), 1,
+        "body.Topics[0].Partitions[0].AcknowledgementBatches[0].AcknowledgeTypes"),
+    "topic structs": (lambda: metadata_v9_of_unnamed_topics(ITEMS), 2, "body.Topics"),
+}
+
+
+@pytest.fixture(scope="module")
+def long_arrays(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("arrays")
+    return {name: conversation_capture(folder / f"array{i}.pcap", (True, make()))
+            for i, (name, (make, _, _)) in enumerate(LONG_ARRAYS.items())}
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("case", LONG_ARRAYS)
+def test_long_arrays_cost_memory_for_what_a_view_shows(long_arrays, case, view):
+    """Once about 195 bytes of memory per wire byte: -V and --hex made an object for every item, and for topics
+    every view kept a mention each. A 10 MB frame needed 1.95 GB in -V, 5.4 GB in --hex."""
+    done = decode_measured(long_arrays[case], VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 100 and done.seconds < 20, f"{case}, {view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+
+
+def decoded_text(capture, *options: str) -> str:
+    return subprocess.run([sys.executable, "-m", "kafkasniff", "decode", *options, str(capture)], capture_output=True,
+                          check=True, text=True, timeout=120).stdout
+
+
+@pytest.mark.parametrize("case", LONG_ARRAYS)
+def test_past_ten_thousand_items_a_line_counts_the_rest_and_full_shows_them(long_arrays, case):
+    _, size, path = LONG_ARRAYS[case]
+    more, more_bytes = ITEMS - SHOWN, size * (ITEMS - SHOWN)
+    tree = decoded_text(long_arrays[case], "-V")
+    assert tree.count(f"── … {more} more items in {more_bytes} bytes, past the {SHOWN} this view shows "
+                      f"(--full shows them all)\n") == 1
+    assert f"[{SHOWN - 1}]" in tree and f"[{SHOWN}]" not in tree
+    assert f" {ITEMS} items " in tree  # the array's own line still says how many there are
+    hex_rows = decoded_text(long_arrays[case], "--hex").splitlines()
+    (row,) = [r for r in hex_rows if f"{path}.items_not_shown" in r]
+    assert row.endswith(f"ItemsNotShown           {more} ({more} more items in {more_bytes} bytes, past the {SHOWN} "
+                        f"this view makes; --json shows them all)")
+    message = json.loads(decoded_text(long_arrays[case], "--json"))
+    array = message["body"]
+    for step in path.split(".")[1:]:
+        name, _, index = step.partition("[")
+        array = array["_".join(w.lower() for w in re.findall("[A-Z][a-z0-9]*", name))]
+        if index:
+            array = array[int(index[:-1])]
+    assert len(array) == ITEMS
+    if case == "int8 items":
+        assert decoded_text(long_arrays[case], "-V", "--full").count(": 1  int8\n") == ITEMS

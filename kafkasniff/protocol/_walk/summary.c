@@ -23,6 +23,7 @@ typedef struct {
     int depth;
     PyObject *correlation_id, *client_id, *acks, *throttle;
     PyObject *errors, *mentions;
+    PyObject *by_topic;  /* (name, topic id) -> its first mention: one mention a topic */
     int64_t batches, records;
     int suspicion;
 } Summary;
@@ -148,16 +149,20 @@ static int s_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_
     PyObject *topic = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
     if (topic == NULL)
         return -1;
-    if (name == INDEX_NAME) { /* an item of a list of topic names: a mention of its own */
-        PyObject *m = new_mention();
-        if (m == NULL) {
-            Py_DECREF(topic);
-            return -1;
+    if (name == INDEX_NAME) { /* an item of a list of topic names: a mention of its own, unless it was named */
+        PyObject *key = PyTuple_Pack(2, topic, Py_None);
+        PyObject *m = key == NULL ? NULL : new_mention();
+        int failed = m == NULL;
+        if (!failed) {
+            PyObject *known = PyDict_GetItemWithError(s->by_topic, key);
+            Py_SETREF(PyList_GET_ITEM(m, 0), Py_NewRef(topic));
+            failed = known == NULL && (PyErr_Occurred() || PyList_Append(s->mentions, m) < 0 ||
+                                       PyDict_SetItem(s->by_topic, key, m) < 0);
         }
-        Py_SETREF(PyList_GET_ITEM(m, 0), topic);
-        int failed = PyList_Append(s->mentions, m);
-        Py_DECREF(m);
-        return failed;
+        Py_XDECREF(m);
+        Py_XDECREF(key);
+        Py_DECREF(topic);
+        return failed ? -1 : 0;
     }
     PyObject *m = frame_mention(s);
     if (m == NULL) {
@@ -191,12 +196,45 @@ static int s_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ss
     return 0;
 }
 
+/* A struct's mention of a topic mentioned before: what it found goes to the earlier mention, and it is taken
+ * out of the list (near its end: the mentions after it are those of the structs inside it), so that a message
+ * naming one topic a million times keeps one mention. Readers sum a topic's mentions (topics.py): the same. */
+static int merge_mention(Summary *s, Frame *f) { /* 1: merged, 0: the first mention of its topic, -1: error */
+    PyObject *m = f->mention;
+    PyObject *key = PyTuple_Pack(2, PyList_GET_ITEM(m, 0), PyList_GET_ITEM(m, 1));
+    if (key == NULL)
+        return -1;
+    PyObject *known = PyDict_GetItemWithError(s->by_topic, key);
+    if (known == NULL) {
+        int failed = PyErr_Occurred() || PyDict_SetItem(s->by_topic, key, m) < 0;
+        Py_DECREF(key);
+        return failed ? -1 : 0;  /* the first: the struct's findings go to it as usual */
+    }
+    Py_DECREF(key);
+    if (f->records) {
+        PyObject *records = PyLong_FromLongLong(PyLong_AsLongLong(PyList_GET_ITEM(known, 2)) + f->records);
+        if (records == NULL)
+            return -1;
+        Py_SETREF(PyList_GET_ITEM(known, 2), records);
+    }
+    if (f->partitions != NULL && PyList_SetSlice(PyList_GET_ITEM(known, 3), PY_SSIZE_T_MAX, PY_SSIZE_T_MAX,
+                                                 f->partitions) < 0)
+        return -1;
+    for (Py_ssize_t i = PyList_GET_SIZE(s->mentions) - 1; i >= 0; i--)
+        if (PyList_GET_ITEM(s->mentions, i) == m)
+            return PyList_SetSlice(s->mentions, i, i + 1, NULL) < 0 ? -1 : 1;
+    return 1;
+}
+
 /* What a struct found below it goes to its mention, or up to the struct around it. */
 static int s_struct_end(Walker *w, Py_ssize_t end, int ok) {
     Summary *s = w->state;
     Frame *f = top(s);
     int failed = 0;
-    if (f->mention != NULL) {
+    int merged = f->mention != NULL ? merge_mention(s, f) : 0;
+    if (merged < 0) {
+        failed = 1;
+    } else if (f->mention != NULL && !merged) { /* merged: what it found went to the topic's first mention */
         if (f->records) {
             PyObject *records = PyLong_FromLongLong(f->records);
             if (records == NULL)
@@ -206,7 +244,7 @@ static int s_struct_end(Walker *w, Py_ssize_t end, int ok) {
         }
         if (!failed && f->partitions != NULL)
             Py_SETREF(PyList_GET_ITEM(f->mention, 3), Py_NewRef(f->partitions));
-    } else if (s->depth > 1) {
+    } else if (f->mention == NULL && s->depth > 1) {
         Frame *up = &s->frames[s->depth - 2];
         up->records += f->records;
         if (f->partitions != NULL) {
@@ -294,7 +332,8 @@ PyObject *summarize(PyObject *self, PyObject *args) {
     Summary s = {0};
     s.errors = PyList_New(0);
     s.mentions = PyList_New(0);
-    if (s.errors == NULL || s.mentions == NULL)
+    s.by_topic = PyDict_New();
+    if (s.errors == NULL || s.mentions == NULL || s.by_topic == NULL)
         goto done;
     if (pos < 0 || end > buf.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "summarize: range outside the buffer");
@@ -341,6 +380,7 @@ done:
     Py_XDECREF(s.throttle);
     Py_XDECREF(s.errors);
     Py_XDECREF(s.mentions);
+    Py_XDECREF(s.by_topic);
     Py_XDECREF(stops);
     PyBuffer_Release(&buf);
     return result;
