@@ -236,8 +236,10 @@ def run_capture(data: bytes, folder: Path) -> list[str]:
     path.write_bytes(data)
     problems = []
     for view, options in VIEWS.items():
+        # run from the scratch folder: `-m` puts the working directory first on the path, and the package to
+        # test is the one this process imports (under --sanitized, the sanitized build)
         done = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "-j", "1", *options, str(path)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=HANG_SECONDS)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=HANG_SECONDS, cwd=folder)
         stderr = done.stderr.decode(errors="replace")
         if any(mark in stderr for mark in SANITIZER_MARKS):
             problems.append(f"sanitizer: {view}: {stderr[-3000:]}")
