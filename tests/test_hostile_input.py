@@ -184,28 +184,39 @@ def metadata_v9_of_unnamed_topics(count: int) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-LONG_ARRAYS = {  # (frame maker, bytes per item, the array's path)
-    "int8 items": (lambda: encode_request(78, 1, 1, "c", {
+def delete_groups_v2_of_errors(count: int) -> list[tuple[bool, bytes]]:
+    """A DeleteGroups v2 request, and its response of `count` results: group '', error codes 1-100 in turn, no
+    tagged fields (4 bytes each)."""
+    request = encode_request(42, 2, 1, "c", {"GroupsNames": ["g"]})
+    results = b"".join(b"\x01" + struct.pack(">h", 1 + i % 100) + b"\x00" for i in range(count))
+    payload = struct.pack(">i", 1) + b"\x00" + struct.pack(">i", 0) + uvarint(count + 1) + results + b"\x00"
+    return [(True, request), (False, struct.pack(">i", len(payload)) + payload)]
+
+
+LONG_ARRAYS = {  # (the frames, bytes per item, the array's path in the last frame)
+    "int8 items": (lambda: [(True, encode_request(78, 1, 1, "c", {
         "GroupId": "g", "MemberId": "m", "Topics": [{"TopicId": "00000000-0000-0000-0000-000000000001", "Partitions": [
             {"PartitionIndex": 0, "AcknowledgementBatches": [
-                {"FirstOffset": 0, "LastOffset": 1, "AcknowledgeTypes": [1] * ITEMS}]}]}]}), 1,
+                {"FirstOffset": 0, "LastOffset": 1, "AcknowledgeTypes": [1] * ITEMS}]}]}]}))], 1,
         "body.Topics[0].Partitions[0].AcknowledgementBatches[0].AcknowledgeTypes"),
-    "topic structs": (lambda: metadata_v9_of_unnamed_topics(ITEMS), 2, "body.Topics"),
+    "topic structs": (lambda: [(True, metadata_v9_of_unnamed_topics(ITEMS))], 2, "body.Topics"),
+    "error results": (lambda: delete_groups_v2_of_errors(ITEMS), 4, "body.Results"),
 }
 
 
 @pytest.fixture(scope="module")
 def long_arrays(tmp_path_factory):
     folder = tmp_path_factory.mktemp("arrays")
-    return {name: conversation_capture(folder / f"array{i}.pcap", (True, make()))
+    return {name: conversation_capture(folder / f"array{i}.pcap", *make())
             for i, (name, (make, _, _)) in enumerate(LONG_ARRAYS.items())}
 
 
 @pytest.mark.parametrize("view", VIEWS)
 @pytest.mark.parametrize("case", LONG_ARRAYS)
 def test_long_arrays_cost_memory_for_what_a_view_shows(long_arrays, case, view):
-    """Once about 195 bytes of memory per wire byte: -V and --hex made an object for every item, and for topics
-    every view kept a mention each. A 10 MB frame needed 1.95 GB in -V, 5.4 GB in --hex."""
+    """Once about 195 bytes of memory per wire byte: -V and --hex made an object for every item, for topics and
+    errors every view kept a mention or a code each, and --json held the whole body as one string. A 10 MB frame
+    needed 1.95 GB in -V, 5.4 GB in --hex."""
     done = decode_measured(long_arrays[case], VIEWS[view])
     assert done.returncode == 0, done.stderr
     assert done.peak_mb < 100 and done.seconds < 20, f"{case}, {view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
@@ -229,7 +240,7 @@ def test_past_ten_thousand_items_a_line_counts_the_rest_and_full_shows_them(long
     (row,) = [r for r in hex_rows if f"{path}.items_not_shown" in r]
     assert row.endswith(f"ItemsNotShown           {more} ({more} more items in {more_bytes} bytes, past the {SHOWN} "
                         f"this view makes; --json shows them all)")
-    message = json.loads(decoded_text(long_arrays[case], "--json"))
+    message = json.loads(decoded_text(long_arrays[case], "--json").splitlines()[-1])
     array = message["body"]
     for step in path.split(".")[1:]:
         name, _, index = step.partition("[")
@@ -237,5 +248,8 @@ def test_past_ten_thousand_items_a_line_counts_the_rest_and_full_shows_them(long
         if index:
             array = array[int(index[:-1])]
     assert len(array) == ITEMS
+    if case == "error results":  # each error once, in wire order
+        assert message["errors"][:3] == ["OFFSET_OUT_OF_RANGE", "CORRUPT_MESSAGE", "UNKNOWN_TOPIC_OR_PARTITION"]
+        assert len(message["errors"]) == 100
     if case == "int8 items":
         assert decoded_text(long_arrays[case], "-V", "--full").count(": 1  int8\n") == ITEMS

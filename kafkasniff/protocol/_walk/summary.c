@@ -2,8 +2,8 @@
  * view need. No Field objects; records are counted from batch headers, never decoded.
  *
  * Kept: the header's correlation id and client id, Produce's acks, ThrottleTimeMs, the non-zero error codes
- * in wire order, and topic mentions: one per struct or array item that names a topic (by name or id), in
- * the order a depth-first walk meets them, each with the data records and partitions found below it.
+ * in wire order (each once), and topic mentions: one per topic (name, id) that a struct or array item names,
+ * in the order a depth-first walk meets them, each with the data records and partitions found below them.
  * Also how implausible the reading looks (unknown error codes, illegal nulls, unknown tags), which ranks
  * the schemas that fit a response whose request was not captured.
  */
@@ -23,6 +23,7 @@ typedef struct {
     int depth;
     PyObject *correlation_id, *client_id, *acks, *throttle;
     PyObject *errors, *mentions;
+    PyObject *errors_seen; /* the codes in errors: each is kept once (readers show each name once) */
     PyObject *by_topic;  /* (name, topic id) -> its first mention: one mention a topic */
     int64_t batches, records;
     int suspicion;
@@ -111,9 +112,11 @@ static int s_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py
         PyObject *value = PyLong_FromLongLong(code);
         if (value == NULL)
             return -1;
-        int failed = PyList_Append(s->errors, value);
+        int seen = PySet_Contains(s->errors_seen, value);
+        int failed = seen < 0 || (!seen && (PyList_Append(s->errors, value) < 0 ||
+                                            PySet_Add(s->errors_seen, value) < 0));
         Py_DECREF(value);
-        return failed;
+        return failed ? -1 : 0;
     }
     case R_TOPIC_ID:
         if (kind == K_UUID && memcmp(p, ZERO_UUID, 16) != 0) {
@@ -333,7 +336,8 @@ PyObject *summarize(PyObject *self, PyObject *args) {
     s.errors = PyList_New(0);
     s.mentions = PyList_New(0);
     s.by_topic = PyDict_New();
-    if (s.errors == NULL || s.mentions == NULL || s.by_topic == NULL)
+    s.errors_seen = PySet_New(NULL);
+    if (s.errors == NULL || s.mentions == NULL || s.by_topic == NULL || s.errors_seen == NULL)
         goto done;
     if (pos < 0 || end > buf.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "summarize: range outside the buffer");
@@ -381,6 +385,7 @@ done:
     Py_XDECREF(s.errors);
     Py_XDECREF(s.mentions);
     Py_XDECREF(s.by_topic);
+    Py_XDECREF(s.errors_seen);
     Py_XDECREF(stops);
     PyBuffer_Release(&buf);
     return result;
