@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import NamedTuple
 
 from kafkasniff.protocol.messages import (Message, all_versions, decode_request, decode_response,
-                                          decode_response_for_request, screen_responses, with_fields)
+                                          decode_response_for_request, response_schemas, screen_responses,
+                                          with_fields)
 from kafkasniff.protocol.schema import api_name
 
 
@@ -52,18 +53,27 @@ def response_fits(buf, pos: int = 0, end: int | None = None,
     version. Schemas are screened in that order of preference (usual ones first) until the frame's steps are
     spent; those left are counted as untried."""
     end = len(buf) if end is None else min(end, len(buf))
-    everything = all_versions_list("response")
-    if usual:
-        usual_keys = {key for key, _ in usual}
-        candidates = ([kv for kv in everything if kv in usual] +
-                      [kv for kv in everything if kv[0] in usual_keys and kv not in usual] +
-                      [kv for kv in everything if kv[0] not in usual_keys])
-    else:
-        candidates = everything
-    fits, tried = screen_responses(candidates, buf, pos, end, SCREEN_STEPS_PER_BYTE * (end - pos) + SCREEN_STEPS_SPARE)
+    candidates, schemas = _screening_order(frozenset(kv for kv in usual if kv[0] in _response_keys()))
+    fits, tried = screen_responses(schemas, buf, pos, end, SCREEN_STEPS_PER_BYTE * (end - pos) + SCREEN_STEPS_SPARE)
     # candidates are in order of preference: among equally suspicious fits, the first screened wins
     fits.sort(key=lambda fit: (fit[1], fit[0]))
     return Screened([candidates[index] for index, _ in fits], len(candidates) - tried)
+
+
+@lru_cache(maxsize=256)
+def _screening_order(usual: frozenset[tuple[int, int]]) -> tuple[tuple[tuple[int, int], ...], list]:
+    """Every response (API key, version) in order of preference given the usual requests, and their schemas."""
+    everything = all_versions_list("response")
+    usual_keys = {key for key, _ in usual}
+    candidates = (tuple(kv for kv in everything if kv in usual) +
+                  tuple(kv for kv in everything if kv[0] in usual_keys and kv not in usual) +
+                  tuple(kv for kv in everything if kv[0] not in usual_keys))
+    return candidates, response_schemas(candidates)
+
+
+@cache
+def _response_keys() -> frozenset[int]:
+    return frozenset(key for key, _ in all_versions_list("response"))
 
 
 def infer_response(buf, pos: int = 0, end: int | None = None, usual: frozenset[tuple[int, int]] = frozenset(),
