@@ -14,7 +14,9 @@ Cases, numbered, each made from (seed, number) alone so that any can be made aga
   `kafkasniff decode` in every view, each a process of its own with a time limit (one case in CAPTURE_EVERY).
 
 The cases run in a worker process that reports each case before starting it. A case whose work takes more than
-HANG_SECONDS is a hang: the worker is stopped, the case saved and counted, and a new worker goes on after it. A
+HANG_SECONDS of processor time (or STARVED_SECONDS on the clock: on a busy machine processor time comes slowly,
+and the campaign runs niced) is a hang: the worker is stopped, the case saved and counted, and a new worker goes
+on after it. A
 Python exception is counted and saved by the worker; a worker that dies (a crash, or a sanitizer's report under
 --sanitized: any report ends the process) is counted with the case it was running, its last stderr kept.
 The summary (also written to OUT/summary.json): cases per kind, exceptions, hangs, crashes, sanitizer reports,
@@ -40,7 +42,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CAPTURES = REPO / "captures"
-HANG_SECONDS = 20.0       # a case of any kind (a capture case: each of its views) taking longer is a hang
+HANG_SECONDS = 20.0       # a case (a capture case: each of its views) taking more processor time is a hang
+STARVED_SECONDS = 600.0   # and one taking this long on the clock: on a busy machine, processor time comes slowly
 CAPTURE_EVERY = 400       # one case in this many is a damaged capture (they cost seconds, the others milliseconds)
 FRAME_BYTES_MAX = 1 << 16  # frames of the captures kept as seeds: up to this size
 VIEWS = {"line": [], "json": ["--json"], "tree": ["-V"], "hex": ["--hex"], "stats": ["--stats"]}
@@ -230,16 +233,30 @@ def run_explain(text: bytes) -> None:
         print_explanation(Console(file=io.StringIO(), width=200), ident, data, 64)
 
 
+def processor_seconds(pid: int) -> float:
+    """Processor time a running process has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime
+
+
+def processor_seconds_of_children() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def run_capture(data: bytes, folder: Path) -> list[str]:
-    """Problems of `kafkasniff decode` on the capture, in each view (a hang raises TimeoutError)."""
+    """Problems of `kafkasniff decode` on the capture, in each view (a hang raises TimeoutExpired)."""
     path = folder / "capture.pcap"
     path.write_bytes(data)
     problems = []
     for view, options in VIEWS.items():
         # run from the scratch folder: `-m` puts the working directory first on the path, and the package to
         # test is the one this process imports (under --sanitized, the sanitized build)
+        before = processor_seconds_of_children()
         done = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "-j", "1", *options, str(path)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=HANG_SECONDS, cwd=folder)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=STARVED_SECONDS, cwd=folder)
+        if processor_seconds_of_children() - before > HANG_SECONDS:
+            raise subprocess.TimeoutExpired(done.args, HANG_SECONDS)
         stderr = done.stderr.decode(errors="replace")
         if any(mark in stderr for mark in SANITIZER_MARKS):
             problems.append(f"sanitizer: {view}: {stderr[-3000:]}")
@@ -325,14 +342,20 @@ def campaign(minutes: float, out: Path, seed: int, env: dict[str, str]) -> dict:
                                  cwd=REPO, text=True)
         running = None
         while True:
-            ready, _, _ = select.select([child.stdout], [], [], HANG_SECONDS * (len(VIEWS) + 1))
-            if not ready:  # no word for longer than any case may take
+            ready, _, _ = select.select([child.stdout], [], [], 5)
+            # A hang: a case working in the worker for HANG_SECONDS of processor time (a capture case's views are
+            # timed by the worker), or no word for longer than any case may take on the clock.
+            if not ready and running is not None and (
+                    case_kind(running) != "capture" and processor_seconds(child.pid) - case_cpu > HANG_SECONDS or
+                    time.monotonic() - case_started > STARVED_SECONDS * (len(VIEWS) + 1)):
                 child.kill()
                 child.wait()
                 counts["hangs"] += 1
-                save(out, seed, running, "hang", "no progress")
+                save(out, seed, running, "hang", f"more than {HANG_SECONDS} s of processor time without an end")
                 number = running + 1
                 break
+            if not ready:
+                continue
             line = child.stdout.readline()
             if not line:
                 child.wait()
@@ -347,6 +370,7 @@ def campaign(minutes: float, out: Path, seed: int, env: dict[str, str]) -> dict:
             word, *rest = line.split(" ", 2)
             if word == "case":
                 running = int(rest[0])
+                case_cpu, case_started = processor_seconds(child.pid), time.monotonic()
                 counts["cases"] += 1
                 counts[f"{case_kind(running)} cases"] += 1
             elif word == "problem":
@@ -356,7 +380,7 @@ def campaign(minutes: float, out: Path, seed: int, env: dict[str, str]) -> dict:
                 save(out, seed, int(rest[0]), what, detail)
             elif word == "hang":
                 counts["hangs"] += 1
-                save(out, seed, int(rest[0]), "hang", f"a view took more than {HANG_SECONDS} s")
+                save(out, seed, int(rest[0]), "hang", f"a view took more than {HANG_SECONDS} s of processor time")
             elif word == "peak":
                 peak_worker = max(peak_worker, int(rest[0]))
                 peak_decoders = max(peak_decoders, int(rest[1]))
