@@ -253,3 +253,28 @@ def test_past_ten_thousand_items_a_line_counts_the_rest_and_full_shows_them(long
         assert len(message["errors"]) == 100
     if case == "int8 items":
         assert decoded_text(long_arrays[case], "-V", "--full").count(": 1  int8\n") == ITEMS
+
+
+@pytest.fixture(scope="module")
+def many_tags(tmp_path_factory):
+    """An UpdateMetadata v8 request whose body's tagged section holds 200,000 unknown tags (99, empty), each
+    followed by tag 0 (Type, an int8) again: 1 MB of 400,000 tagged fields."""
+    base = encode_request(6, 8, 1, "c", {})
+    assert base[-1] == 0  # the body's empty tagged section, replaced
+    pairs = 200_000
+    frame = base[4:-1] + uvarint(2 * pairs) + (b"\x63\x00" + b"\x00\x01\x01") * pairs
+    return conversation_capture(tmp_path_factory.mktemp("tags") / "tags.pcap",
+                                (True, struct.pack(">i", len(frame)) + frame))
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_tagged_section_of_many_tags_costs_memory_for_what_a_view_shows(many_tags, view):
+    """Once 1.3 GB and 30 s in --hex: a Field (and rows) for each of 400,000 tags."""
+    done = decode_measured(many_tags, VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 100 and done.seconds < 20, f"{view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+    if view == "hex":
+        rows = decoded_text(many_tags, "--hex").splitlines()
+        assert sum(" body._tagged_fields.Type " in row for row in rows) == 5000  # in the first 10,000 tags
+        assert rows[-1].endswith("body._tagged_fields.items_not_shown  ItemsNotShown               390000 (390000 "
+                                 "more items in 974998 bytes, past the 10000 this view makes; --json shows them all)")

@@ -183,7 +183,8 @@ static PyObject *bytes_or_none(const uint8_t *p, Py_ssize_t n) {
 typedef struct {
     PyObject *field;     /* borrowed: the list below holds it, or it is the root */
     PyObject *children;  /* borrowed from field */
-    int is_array;        /* its children are the items of an array */
+    int limited;         /* its children are the items of an array or the fields of a tagged section: past the
+                            record limit, they are not made */
 } Level;
 
 typedef struct {
@@ -221,7 +222,7 @@ static int push(Fields *s, PyObject *field) {
     }
     s->levels[s->depth].field = field;
     s->levels[s->depth].children = ((FieldObject *)field)->children;
-    s->levels[s->depth].is_array = 0;
+    s->levels[s->depth].limited = 0;
     s->depth++;
     return 0;
 }
@@ -951,9 +952,10 @@ static int f_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t s
 }
 
 /* --- array items past the limit ---------------------------------------------------------------
- * Views that hold a whole tree set a record limit; past as many items, the items of an array are not made
- * either: they are counted into one ItemsNotShown Field that covers their bytes, so that an array of millions
- * of small items costs memory for the limit only. The walk still reads them (and fails where they are bad). */
+ * Views that hold a whole tree set a record limit; past as many items, the items of an array (or the fields of
+ * a tagged section) are not made either: they are counted into one ItemsNotShown Field that covers their
+ * bytes, so that millions of small items cost memory for the limit only. The walk still reads them (and fails
+ * where they are bad). */
 
 /* Whether what starts here is not made: it is inside an item past the limit, or it is such an item (which
  * opens or extends the run of items not made). `opens`: it is a container, closed by an end call. */
@@ -962,7 +964,7 @@ static int hidden(Fields *s, Py_ssize_t at, int opens) {
         s->hidden.depth += opens;
         return 1;
     }
-    if (!s->record_limit || s->depth == 0 || !current(s)->is_array ||
+    if (!s->record_limit || s->depth == 0 || !current(s)->limited ||
         PyList_GET_SIZE(current(s)->children) < s->record_limit)
         return 0;
     if (!s->hidden.open) {
@@ -1011,7 +1013,7 @@ static int g_array_begin(Walker *w, int name, int type, int role, Py_ssize_t at,
         return 0;
     if (f_array_begin(w, name, type, role, at, count) < 0)
         return -1;
-    current(s)->is_array = 1;
+    current(s)->limited = 1;
     return 0;
 }
 
@@ -1032,7 +1034,15 @@ static int g_struct_null(Walker *w, int name, int type, Py_ssize_t at) {
     return hidden(w->state, at, 0) ? 0 : f_struct_null(w, name, type, at);
 }
 
-static int g_tagged_begin(Walker *w, Py_ssize_t at) { return hidden(w->state, at, 1) ? 0 : f_tagged_begin(w, at); }
+static int g_tagged_begin(Walker *w, Py_ssize_t at) {
+    Fields *s = w->state;
+    if (hidden(s, at, 1))
+        return 0;
+    if (f_tagged_begin(w, at) < 0)
+        return -1;
+    current(s)->limited = 1; /* a tag may come again and again, each time with its own Field */
+    return 0;
+}
 
 static int g_tagged_unknown(Walker *w, uint64_t tag, Py_ssize_t at, Py_ssize_t size, const uint8_t *p) {
     return hidden(w->state, at, 0) ? 0 : f_tagged_unknown(w, tag, at, size, p);
