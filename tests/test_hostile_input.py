@@ -9,7 +9,9 @@ process is the whole tree.
 from __future__ import annotations
 
 import json
+import re
 import struct
+import subprocess
 import sys
 
 import cramjam
@@ -124,3 +126,155 @@ def test_a_dump_of_more_text_than_one_message_needs_is_refused_as_it_is_read(tmp
     assert done.stderr == ("kafkasniff: cannot read the hex dump: more than 16 MiB of text; a dump holds one message: "
                            "keep its lines only\n")
     assert done.seconds < 5 and done.peak_mb < 100
+
+
+# --- a response whose request was not captured (item 2) -------------------------------------------------------
+
+def unmatched_response_capture(path, items: int):
+    """An ApiVersions request (correlation id 8), and a response to an earlier request that was not captured
+    (7): a throttle time, then an array of `items` all-zero 4-byte structs, which DeleteTopics v1 reads as
+    results named '' with no error, and which leads the other schemas with arrays far into the frame."""
+    payload = struct.pack(">iii", 7, 0, items) + bytes(4 * items)
+    return conversation_capture(path, (True, encode_request(18, 0, 8, "c", {})),
+                                (False, struct.pack(">i", len(payload)) + payload))
+
+
+def test_a_small_unmatched_response_is_inferred_from_every_schema(tmp_path):
+    done = decode_measured(unmatched_response_capture(tmp_path / "small.pcap", 1000), ["--json"])
+    response = json.loads(done.head.split(b"\n")[1])
+    assert (response["api_name"], response["api_version"], response["correlation_id"], response["size"],
+            response["malformed"]) == ("DeleteTopics", 1, 7, 4012, None)
+    assert len(response["body"]["responses"]) == 1000
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_large_unmatched_response_costs_work_bounded_by_its_size(tmp_path, view):
+    """Once 96 s and 542 MB: a 3.1 MB response tried against every response schema in full."""
+    done = decode_measured(unmatched_response_capture(tmp_path / "large.pcap", 775_000), VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.seconds < 10 and done.peak_mb < 100, f"{view}: {done.seconds:.1f} s, {done.peak_mb:.0f} MB"
+    if view == "json":
+        request, response = (json.loads(line) for line in done.head.splitlines()[:2])
+        assert (request["api_name"], response["correlation_id"], response["size"], response["api_key"]) == (
+            "ApiVersions", 7, 3_100_012, None)
+        assert response["malformed"] == {"offset": 4, "reason": (
+            "request not captured, and none of the 55 response schemas tried fits these bytes (313 not tried: "
+            "the work per frame is bounded by its size)")}
+
+
+# --- long arrays of small items (item 1) -----------------------------------------------------------------------
+
+ITEMS = 2_000_000
+SHOWN = 10_000  # items of an array -V and --hex show unless --full
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def metadata_v9_of_unnamed_topics(count: int) -> bytes:
+    """A Metadata v9 request (header v2: correlation id 1, client id 'c') naming `count` topics '' (2 bytes each:
+    the name's length and no tagged fields), then the three booleans of the version and no tagged fields."""
+    payload = (struct.pack(">hhih", 3, 9, 1, 1) + b"c\x00" + uvarint(count + 1) + b"\x01\x00" * count
+               + b"\x00\x00\x00\x00")
+    return struct.pack(">i", len(payload)) + payload
+
+
+def delete_groups_v2_of_errors(count: int) -> list[tuple[bool, bytes]]:
+    """A DeleteGroups v2 request, and its response of `count` results: group '', error codes 1-100 in turn, no
+    tagged fields (4 bytes each)."""
+    request = encode_request(42, 2, 1, "c", {"GroupsNames": ["g"]})
+    results = b"".join(b"\x01" + struct.pack(">h", 1 + i % 100) + b"\x00" for i in range(count))
+    payload = struct.pack(">i", 1) + b"\x00" + struct.pack(">i", 0) + uvarint(count + 1) + results + b"\x00"
+    return [(True, request), (False, struct.pack(">i", len(payload)) + payload)]
+
+
+LONG_ARRAYS = {  # (the frames, bytes per item, the array's path in the last frame)
+    "int8 items": (lambda: [(True, encode_request(78, 1, 1, "c", {
+        "GroupId": "g", "MemberId": "m", "Topics": [{"TopicId": "00000000-0000-0000-0000-000000000001", "Partitions": [
+            {"PartitionIndex": 0, "AcknowledgementBatches": [
+                {"FirstOffset": 0, "LastOffset": 1, "AcknowledgeTypes": [1] * ITEMS}]}]}]}))], 1,
+        "body.Topics[0].Partitions[0].AcknowledgementBatches[0].AcknowledgeTypes"),
+    "topic structs": (lambda: [(True, metadata_v9_of_unnamed_topics(ITEMS))], 2, "body.Topics"),
+    "error results": (lambda: delete_groups_v2_of_errors(ITEMS), 4, "body.Results"),
+}
+
+
+@pytest.fixture(scope="module")
+def long_arrays(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("arrays")
+    return {name: conversation_capture(folder / f"array{i}.pcap", *make())
+            for i, (name, (make, _, _)) in enumerate(LONG_ARRAYS.items())}
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("case", LONG_ARRAYS)
+def test_long_arrays_cost_memory_for_what_a_view_shows(long_arrays, case, view):
+    """Once about 195 bytes of memory per wire byte: -V and --hex made an object for every item, for topics and
+    errors every view kept a mention or a code each, and --json held the whole body as one string. A 10 MB frame
+    needed 1.95 GB in -V, 5.4 GB in --hex."""
+    done = decode_measured(long_arrays[case], VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 100 and done.seconds < 20, f"{case}, {view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+
+
+def decoded_text(capture, *options: str) -> str:
+    return subprocess.run([sys.executable, "-m", "kafkasniff", "decode", *options, str(capture)], capture_output=True,
+                          check=True, text=True, timeout=120).stdout
+
+
+@pytest.mark.parametrize("case", LONG_ARRAYS)
+def test_past_ten_thousand_items_a_line_counts_the_rest_and_full_shows_them(long_arrays, case):
+    _, size, path = LONG_ARRAYS[case]
+    more, more_bytes = ITEMS - SHOWN, size * (ITEMS - SHOWN)
+    tree = decoded_text(long_arrays[case], "-V")
+    assert tree.count(f"── … {more} more items in {more_bytes} bytes, past the {SHOWN} this view shows "
+                      f"(--full shows them all)\n") == 1
+    assert f"[{SHOWN - 1}]" in tree and f"[{SHOWN}]" not in tree
+    assert f" {ITEMS} items " in tree  # the array's own line still says how many there are
+    hex_rows = decoded_text(long_arrays[case], "--hex").splitlines()
+    (row,) = [r for r in hex_rows if f"{path}.items_not_shown" in r]
+    assert row.endswith(f"ItemsNotShown           {more} ({more} more items in {more_bytes} bytes, past the {SHOWN} "
+                        f"this view makes; --json shows them all)")
+    message = json.loads(decoded_text(long_arrays[case], "--json").splitlines()[-1])
+    array = message["body"]
+    for step in path.split(".")[1:]:
+        name, _, index = step.partition("[")
+        array = array["_".join(w.lower() for w in re.findall("[A-Z][a-z0-9]*", name))]
+        if index:
+            array = array[int(index[:-1])]
+    assert len(array) == ITEMS
+    if case == "error results":  # each error once, in wire order
+        assert message["errors"][:3] == ["OFFSET_OUT_OF_RANGE", "CORRUPT_MESSAGE", "UNKNOWN_TOPIC_OR_PARTITION"]
+        assert len(message["errors"]) == 100
+    if case == "int8 items":
+        assert decoded_text(long_arrays[case], "-V", "--full").count(": 1  int8\n") == ITEMS
+
+
+@pytest.fixture(scope="module")
+def many_tags(tmp_path_factory):
+    """An UpdateMetadata v8 request whose body's tagged section holds 200,000 unknown tags (99, empty), each
+    followed by tag 0 (Type, an int8) again: 1 MB of 400,000 tagged fields."""
+    base = encode_request(6, 8, 1, "c", {})
+    assert base[-1] == 0  # the body's empty tagged section, replaced
+    pairs = 200_000
+    frame = base[4:-1] + uvarint(2 * pairs) + (b"\x63\x00" + b"\x00\x01\x01") * pairs
+    return conversation_capture(tmp_path_factory.mktemp("tags") / "tags.pcap",
+                                (True, struct.pack(">i", len(frame)) + frame))
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_tagged_section_of_many_tags_costs_memory_for_what_a_view_shows(many_tags, view):
+    """Once 1.3 GB and 30 s in --hex: a Field (and rows) for each of 400,000 tags."""
+    done = decode_measured(many_tags, VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 100 and done.seconds < 20, f"{view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+    if view == "hex":
+        rows = decoded_text(many_tags, "--hex").splitlines()
+        assert sum(" body._tagged_fields.Type " in row for row in rows) == 5000  # in the first 10,000 tags
+        assert rows[-1].endswith("body._tagged_fields.items_not_shown  ItemsNotShown               390000 (390000 "
+                                 "more items in 974998 bytes, past the 10000 this view makes; --json shows them all)")

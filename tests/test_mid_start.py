@@ -21,7 +21,7 @@ import pytest
 from capture_manifest import capture_names, load_capture
 from kafkasniff.capture.files import open_capture
 from kafkasniff.capture.packets import SYN, TcpSegment
-from kafkasniff.protocol.identify import infer_response
+from kafkasniff.protocol.identify import response_fits
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import CLIENT_TO_SERVER, MessageEvent, NoticeEvent, SaslTokenEvent
 
@@ -81,7 +81,7 @@ def whole(name: str) -> WholeCapture:
 
 
 def fitting(payload: bytes) -> set[tuple[int, int]]:
-    return {(m.api_key, m.api_version) for m in infer_response(payload)}
+    return set(response_fits(payload).fits)
 
 
 def starts(name: str, count: int) -> list[int]:

@@ -8,8 +8,8 @@ cdef class Message:
     cdef public str client_id
     cdef public object acks                   # Produce requests: whether a response will come
     cdef public object throttle_time_ms       # responses
-    cdef public list errors                   # non-zero error codes, in wire order
-    # [topic name or None, topic id or None, data records, [partitions]] per struct naming a topic
+    cdef public list errors                   # non-zero error codes, each once, in wire order
+    # [topic name or None, topic id or None, data records, [partitions]] per topic the structs name, in order
     cdef public list mentions
     cdef public long long batches             # record batches (or legacy messages) in the body
     cdef public long long records             # data records in them, by their headers

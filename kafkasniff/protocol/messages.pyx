@@ -122,6 +122,19 @@ def decode_response(buf, int api_key, int api_version, Py_ssize_t pos=0, end=Non
     return _decode(RESPONSE, api_key, api_version, buf, pos, stop, skim)
 
 
+def response_schemas(versions) -> list:
+    """The schemas (header and body programs) of response (API key, version)s Kafka defines, for screen_responses."""
+    return [(<_Layout>_layout(RESPONSE, key, version)).programs for key, version in versions]
+
+
+def screen_responses(list schemas, buf, Py_ssize_t pos, Py_ssize_t end, long long steps_allowed) -> tuple[list, int]:
+    """Which of the response schemas (response_schemas) consume the bytes exactly: a walk per schema that makes
+    nothing, to rank many schemas before decoding any. The walks take a step per value, at most `steps_allowed`
+    in all, in order. Gives ([(index in schemas, suspicion)], how many were tried); suspicion counts
+    implausible values as the summary does."""
+    return _walk.screen(schemas, buf, pos, min(end, len(buf)), steps_allowed)
+
+
 def decode_response_for_request(buf, int api_key, int api_version, Py_ssize_t pos=0, end=None, *,
                                 bint skim=False) -> Message:
     """Decode a response at its request's version, honouring Kafka's version fallbacks."""

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
 from kafkasniff.analyses.insight import Insight
+from kafkasniff.protocol.schema import apis
 from kafkasniff.render.insight import lag_tables, latency_table
 from kafkasniff.render.tables import print_tables
 from kafkasniff.render.values import error_names
@@ -91,9 +92,12 @@ class Stats:
 
     def _message(self, ev: MessageEvent, topics: dict[str, list]) -> None:
         m = ev.message
-        api = self.apis.get(m.api_key)
+        # API keys Kafka does not define (damaged or made-up bytes) share the row of messages with no API: a row
+        # each would grow the tables without end
+        key = m.api_key if m.api_key in apis() else None
+        api = self.apis.get(key)
         if api is None:
-            api = self.apis[m.api_key] = ApiStats(m.api_key, m.api_name)
+            api = self.apis[key] = ApiStats(key, m.api_name if key is not None else None)
         errors = error_names(m)
         request = m.kind == "request"
         if request:

@@ -50,7 +50,9 @@ cdef class Session:
     cdef list held, held_bytes, probes
     # (stream offset, message) of the request that told the client: decoded already, not decoded again.
     cdef tuple probed_request
-    cdef public dict pending
+    cdef public dict pending  # requests waiting for their response, by correlation id, oldest first
+    cdef long long pending_bytes  # their payloads' bytes
+    cdef long long given_up  # requests given up waiting (see MAX_PENDING), not yet reported
     # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
     cdef public dict unanswered
     # Responses whose request has not been seen (yet): a request stuck behind a hole in the
@@ -61,7 +63,7 @@ cdef class Session:
     cdef str sasl_mechanism
     cdef str ignored  # why everything is dropped: "tls" or "not-kafka"; None while decoding
     cdef list ignored_bytes  # bytes of each side dropped so, reported when the connection ends
-    cdef public tuple known_fits  # (payload, fits) of the frame ResponseFrames just inferred
+    cdef public tuple just_inferred  # (payload, infer_response's answer) of the frame ResponseFrames just inferred
     cdef list events
 
     cpdef list data(self, int side, bytes data, double ts)
@@ -80,6 +82,9 @@ cdef class Session:
     cdef void _report_ignored(self, double ts)
     cdef void _frames(self, int side, list items)
     cdef void _request(self, frame)
+    cdef void _await_response(self, correlation_id, MessageEvent event)
+    cdef void _give_up(self, MessageEvent request)
+    cdef void _report_given_up(self, double ts)
     cdef void _expect_no_response(self, correlation_id, MessageEvent event)
     cdef void _release_orphans(self, below)
     cdef void _raw_sasl(self, bint on)

@@ -18,6 +18,8 @@ hint only orders the guesses where the bytes fit either way.
 """
 
 import struct
+from itertools import islice
+
 from kafkasniff.protocol import quirks, sasl
 from kafkasniff.protocol.embedded import SASL_AUTHENTICATE
 from kafkasniff.protocol.fields import Malformed
@@ -32,6 +34,13 @@ CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # A capture may start inside a large message (1 MiB Produce is common): look that far for a request.
 IDENTIFY_LIMIT = 4 * 1024 * 1024
 MAX_ORPHANS = 64
+# Requests waiting for their response, per connection: beyond these, the oldest are given up (and counted in one
+# `unanswered` notice when the connection ends), so that a stream of requests never answered keeps bounded
+# memory. Clients keep a few requests in flight (librdkafka at most 1,000,000 by setting, 5 by default), and a
+# broker answers within the request's timeout (30 s by default; a JoinGroup may wait a rebalance, 5 min).
+MAX_PENDING = 1024
+MAX_PENDING_BYTES = 64 * 1024 * 1024
+PENDING_SECONDS = 900.0
 INFERENCE_BUDGET = 64  # see ResponseFrames
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -192,11 +201,11 @@ class ResponseFrames:
         if request is None:
             if not self.inference_budget:
                 return False
-            fits = infer_response(payload, usual=self.session.usual_requests())
-            if not fits:
+            reading, screened = inferred = infer_response(payload, usual=self.session.usual_requests())
+            if reading is None:
                 self.inference_budget -= 1
-            self.session.known_fits = (payload, fits)  # the frame is decoded next: its fits are known
-            return bool(fits)
+            self.session.just_inferred = (payload, inferred)  # the frame is decoded next: its reading is known
+            return reading is not None
         m = request.message
         return decode_response_for_request(payload, m.api_key, m.api_version, skim=True).malformed is None
 
@@ -228,13 +237,15 @@ cdef class Session:
             if handshake_client is None or handshake_client == s else None for s in (0, 1)]
         self.probed_request = None
         self.pending = {}
+        self.pending_bytes = 0
+        self.given_up = 0
         self.unanswered = {}
         self.orphans = {}
         self.sasl_raw = False
         self.sasl_mechanism = None
         self.ignored = None
         self.ignored_bytes = [0, 0]
-        self.known_fits = None
+        self.just_inferred = None
         self.events = []
         if client_side is not None:
             self._set_roles(client_side)
@@ -296,6 +307,7 @@ cdef class Session:
                 framer = self.framers[side]
                 self._frames(side, framer.close())
             self._release_orphans(None)
+            self._report_given_up(ts)
         return self._take()
 
     cpdef NoticeEvent late(self, int side, long long stream_offset, long long size, double ts):
@@ -365,7 +377,7 @@ cdef class Session:
             first = next((item for item in framed if isinstance(item, Frame)), None)
             # Frames found by resynchronising fit a response already; a side captured from its
             # start is framed without looking.
-            if first is not None and (not self.from_start[server_side] or infer_response(first.payload)):
+            if first is not None and (not self.from_start[server_side] or infer_response(first.payload)[0] is not None):
                 self._set_roles(1 - server_side)
                 self._replay(1 - server_side)
                 return True
@@ -448,7 +460,7 @@ cdef class Session:
             event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.acks)
             if correlation_id is not None:
                 if event.expects_response:
-                    self.pending[correlation_id] = event
+                    self._await_response(correlation_id, event)
                 else:
                     self._expect_no_response(correlation_id, event)
             if msg.api_key == quirks.SASL_HANDSHAKE:
@@ -467,6 +479,35 @@ cdef class Session:
         else:
             self.events.append(event)
 
+    cdef void _await_response(self, correlation_id, MessageEvent event):
+        """Keep the request until its response comes, giving up the oldest ones past the limits."""
+        cdef MessageEvent oldest
+        replaced = self.pending.pop(correlation_id, None)  # a correlation id used again: the response pairs with the later
+        if replaced is not None:
+            self.pending_bytes -= len(replaced.payload)
+        self.pending[correlation_id] = event
+        self.pending_bytes += len(event.payload)
+        while len(self.pending) > MAX_PENDING or (self.pending_bytes > MAX_PENDING_BYTES and len(self.pending) > 1):
+            self._give_up(self.pending.pop(next(iter(self.pending))))
+        while len(self.pending) > 1:
+            oldest = self.pending[next(iter(self.pending))]
+            if event.ts - oldest.ts <= PENDING_SECONDS:
+                break
+            self._give_up(self.pending.pop(oldest.message.correlation_id))
+
+    cdef void _give_up(self, MessageEvent request):
+        self.pending_bytes -= len(request.payload)
+        self.given_up += 1
+
+    cdef void _report_given_up(self, double ts):
+        if self.given_up:
+            self.events.append(NoticeEvent(self.conn, CLIENT_TO_SERVER, ts, "unanswered", (
+                f"{self.given_up:,} request{'s' if self.given_up != 1 else ''} given up waiting for a response "
+                f"(more than {MAX_PENDING:,} requests or {MAX_PENDING_BYTES >> 20} MiB waiting, or "
+                f"{PENDING_SECONDS:.0f} s of capture time without one); a response that comes later is shown as "
+                f"one whose request was not captured")))
+            self.given_up = 0
+
     cdef void _expect_no_response(self, correlation_id, MessageEvent event):
         """Remember the latest requests that expect no response, in case the broker answers all the same."""
         self.unanswered[correlation_id] = event
@@ -474,9 +515,10 @@ cdef class Session:
             del self.unanswered[next(iter(self.unanswered))]
 
     def usual_requests(self) -> frozenset[tuple[int, int]]:
-        """(API key, version) of the requests at hand: what a response whose request is missing likely answers."""
-        return frozenset((e.message.api_key, e.message.api_version)
-                         for requests in (self.pending, self.unanswered) for e in requests.values())
+        """(API key, version) of the latest requests at hand (MAX_ORPHANS of each kind, so that the work stays
+        small with many waiting): what a response whose request is missing likely answers."""
+        return frozenset((e.message.api_key, e.message.api_version) for requests in (self.pending, self.unanswered)
+                         for e in islice(reversed(requests.values()), MAX_ORPHANS))
 
     cdef void _release_orphans(self, below):
         """Decode held responses whose request will not come (all of them when below is None)."""
@@ -497,6 +539,8 @@ cdef class Session:
             return
         correlation_id = _I32.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
         request = self.pending.pop(correlation_id, None)
+        if request is not None:
+            self.pending_bytes -= len(request.payload)
         if self.unanswered:
             if request is None:
                 request = self.unanswered.pop(correlation_id, None)
@@ -520,17 +564,17 @@ cdef class Session:
             if quirks.starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
                 self._raw_sasl(not msg.errors)  # its ErrorCode is 0
         else:
-            known, self.known_fits = self.known_fits, None
-            fits = known[1] if known is not None and known[0] == payload else \
+            known, self.just_inferred = self.just_inferred, None
+            reading, screened = known[1] if known is not None and known[0] == payload else \
                 infer_response(payload, usual=self.usual_requests())
-            if fits:
-                msg = fits[0]
+            if reading is not None:
+                msg = reading
             else:
                 msg = Message("response", None, None, 0, len(payload))
                 msg.correlation_id = correlation_id
-                msg.malformed = Malformed(0, "request not captured, and no response schema fits these bytes")
+                msg.malformed = Malformed(0, f"request not captured, and {screened.nothing_fits()}")
             event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
-            event.inferred = bool(fits)
+            event.inferred = reading is not None
         if msg.api_key == SASL_AUTHENTICATE:
             msg.sasl_mechanism = self.sasl_mechanism
         self.events.append(event)

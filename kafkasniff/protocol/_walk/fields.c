@@ -80,7 +80,7 @@ enum {
     S_BITS, S_LENGTH, S_ATTRIBUTES, S_TIMESTAMP_DELTA, S_OFFSET_DELTA, S_KEY, S_VALUE, S_HEADERS, S_HEADER_LIST,
     S_HEADER_NAME, S_HEADER_TYPE, S_VARINT, S_VARLONG, S_CODEC, S_TIMESTAMP_TYPE, S_IS_TRANSACTIONAL,
     S_IS_CONTROL, S_HAS_DELETE_HORIZON, S_VERSION, S_CONTROL_KEY, S_CONTROL_VALUE, S_TOKEN, S_NOT_NULLABLE,
-    S_UNSHOWN_NAME, S_UNSHOWN_TYPE, S_COUNT
+    S_UNSHOWN_NAME, S_UNSHOWN_TYPE, S_ITEMS_UNSHOWN_NAME, S_ITEMS_UNSHOWN_TYPE, S_COUNT
 };
 static const char *const constant_texts[S_COUNT] = {
     "string", "bytes", "records", "_tagged_fields", "tagged_fields", "unknown_tag", "malformed", "Malformed",
@@ -89,7 +89,7 @@ static const char *const constant_texts[S_COUNT] = {
     "attributes", "timestamp_delta", "offset_delta", "key", "value", "headers", "[]Header", "header", "Header",
     "varint", "varlong", "codec", "timestamp_type", "is_transactional", "is_control", "has_delete_horizon",
     "Version", "ControlRecordKey", "ControlRecordValue", "sasl_token", "not nullable at this version",
-    "records_not_shown", "RecordsNotShown"};
+    "records_not_shown", "RecordsNotShown", "items_not_shown", "ItemsNotShown"};
 static PyObject *constants[S_COUNT];
 static PyObject *kind_names[K_COUNT];
 static PyObject *role_names[R_COUNT];
@@ -183,6 +183,8 @@ static PyObject *bytes_or_none(const uint8_t *p, Py_ssize_t n) {
 typedef struct {
     PyObject *field;     /* borrowed: the list below holds it, or it is the root */
     PyObject *children;  /* borrowed from field */
+    int limited;         /* its children are the items of an array or the fields of a tagged section: past the
+                            record limit, they are not made */
 } Level;
 
 typedef struct {
@@ -202,6 +204,13 @@ typedef struct {
     } unshown;
     int skipped_messages;       /* open legacy messages past the limit, not made */
     int skipping_batch;         /* the open batch is past the limit: not made */
+    struct {                    /* items of an array past the limit (the record limit too), not made */
+        int open;
+        int level;              /* the depth of their array */
+        int depth;              /* > 0 inside one of them: containers open in it */
+        Py_ssize_t start;
+        int64_t count;
+    } hidden;
 } Fields;
 
 static Level *current(Fields *s) { return &s->levels[s->depth - 1]; }
@@ -213,6 +222,7 @@ static int push(Fields *s, PyObject *field) {
     }
     s->levels[s->depth].field = field;
     s->levels[s->depth].children = ((FieldObject *)field)->children;
+    s->levels[s->depth].limited = 0;
     s->depth++;
     return 0;
 }
@@ -941,14 +951,126 @@ static int f_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t s
     return failed ? -1 : 0;
 }
 
-const Builder fields_builder = {f_fixed, f_text, f_array_begin, f_array_null, f_end,
-                                f_struct_begin, f_struct_null, f_end, f_tagged_begin, f_tagged_unknown,
-                                f_tagged_end, f_records, f_embedded};
+/* --- array items past the limit ---------------------------------------------------------------
+ * Views that hold a whole tree set a record limit; past as many items, the items of an array (or the fields of
+ * a tagged section) are not made either: they are counted into one ItemsNotShown Field that covers their
+ * bytes, so that millions of small items cost memory for the limit only. The walk still reads them (and fails
+ * where they are bad). */
+
+/* Whether what starts here is not made: it is inside an item past the limit, or it is such an item (which
+ * opens or extends the run of items not made). `opens`: it is a container, closed by an end call. */
+static int hidden(Fields *s, Py_ssize_t at, int opens) {
+    if (s->hidden.depth) {
+        s->hidden.depth += opens;
+        return 1;
+    }
+    if (!s->record_limit || s->depth == 0 || !current(s)->limited ||
+        PyList_GET_SIZE(current(s)->children) < s->record_limit)
+        return 0;
+    if (!s->hidden.open) {
+        s->hidden.open = 1;
+        s->hidden.level = s->depth;
+        s->hidden.start = at;
+        s->hidden.count = 0;
+    }
+    s->hidden.count++;
+    s->hidden.depth = opens;
+    return 1;
+}
+
+/* The end of a container: inside an item not made, nothing; the end of an array with items not made, their
+ * Field first. */
+static int hidden_end(Fields *s, Py_ssize_t end) {
+    if (s->hidden.depth) {
+        s->hidden.depth--;
+        return 1;
+    }
+    if (s->hidden.open && s->hidden.level == s->depth) {
+        s->hidden.open = 0;
+        PyObject *note = PyUnicode_FromFormat("%lld more items in %zd bytes, past the %lld this view makes; --json "
+                                              "shows them all", (long long)s->hidden.count, end - s->hidden.start,
+                                              (long long)s->record_limit);
+        if (note == NULL ||
+            add(s, make(constants[S_ITEMS_UNSHOWN_NAME], constants[S_ITEMS_UNSHOWN_TYPE], s->hidden.start,
+                        end - s->hidden.start, PyLong_FromLongLong(s->hidden.count), NULL, note), 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int g_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py_ssize_t at, const uint8_t *p) {
+    return hidden(w->state, at, 0) ? 0 : f_fixed(w, name, index, kind, role, at, p);
+}
+
+static int g_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
+                  const uint8_t *p, Py_ssize_t n, int not_nullable) {
+    return hidden(w->state, at, 0) ? 0 : f_text(w, name, index, form, role, at, size, p, n, not_nullable);
+}
+
+static int g_array_begin(Walker *w, int name, int type, int role, Py_ssize_t at, int64_t count) {
+    Fields *s = w->state;
+    if (hidden(s, at, 1))
+        return 0;
+    if (f_array_begin(w, name, type, role, at, count) < 0)
+        return -1;
+    current(s)->limited = 1;
+    return 0;
+}
+
+static int g_array_null(Walker *w, int name, int type, Py_ssize_t at, Py_ssize_t size, int not_nullable) {
+    return hidden(w->state, at, 0) ? 0 : f_array_null(w, name, type, at, size, not_nullable);
+}
+
+static int g_end(Walker *w, Py_ssize_t end, int ok) {
+    int found = hidden_end(w->state, end);
+    return found < 0 ? -1 : found ? 0 : f_end(w, end, ok);
+}
+
+static int g_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ssize_t at) {
+    return hidden(w->state, at, 1) ? 0 : f_struct_begin(w, name, index, type, at);
+}
+
+static int g_struct_null(Walker *w, int name, int type, Py_ssize_t at) {
+    return hidden(w->state, at, 0) ? 0 : f_struct_null(w, name, type, at);
+}
+
+static int g_tagged_begin(Walker *w, Py_ssize_t at) {
+    Fields *s = w->state;
+    if (hidden(s, at, 1))
+        return 0;
+    if (f_tagged_begin(w, at) < 0)
+        return -1;
+    current(s)->limited = 1; /* a tag may come again and again, each time with its own Field */
+    return 0;
+}
+
+static int g_tagged_unknown(Walker *w, uint64_t tag, Py_ssize_t at, Py_ssize_t size, const uint8_t *p) {
+    return hidden(w->state, at, 0) ? 0 : f_tagged_unknown(w, tag, at, size, p);
+}
+
+static int g_tagged_end(Walker *w, Py_ssize_t end, uint64_t count, int ok) {
+    int found = hidden_end(w->state, end);
+    return found < 0 ? -1 : found ? 0 : f_tagged_end(w, end, count, ok);
+}
+
+static int g_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at, Py_ssize_t n) {
+    return hidden(w->state, at, 0) ? 0 : f_records(w, name, at, size, data_at, n);
+}
+
+static int g_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at,
+                      Py_ssize_t n) {
+    return hidden(w->state, at, 0) ? 0 : f_embedded(w, name, role, at, size, data_at, n);
+}
+
+const Builder fields_builder = {g_fixed, g_text, g_array_begin, g_array_null, g_end,
+                                g_struct_begin, g_struct_null, g_end, g_tagged_begin, g_tagged_unknown,
+                                g_tagged_end, g_records, g_embedded};
 
 /* field_tree(program, buf, pos, end, ctx, decompress_limit, record_limit) -> (root Field, stop, failure)
  *
  * failure is None, or (offset, reason) where the walk stopped; the root then holds what was read before.
- * Past record_limit records (0: none), the records of a list are one RecordsNotShown item. */
+ * Past record_limit records (0: none), the records of a list are one RecordsNotShown item; past as many items,
+ * the items of an array are one ItemsNotShown Field. */
 PyObject *field_tree(PyObject *self, PyObject *args) {
     PyObject *program, *ctx;
     Py_buffer buf;

@@ -6,8 +6,9 @@
  * their records. A body cut short by a malformed frame holds what was read before the cut: every open list
  * and object is closed where the walk stopped.
  *
- * Text is flushed to a `write` callable after whole record batches once the buffer holds enough, so a
- * Fetch response of many batches never sits in memory as one string.
+ * Text is flushed to a `write` callable after whole record batches, structs and arrays once the buffer holds
+ * enough, so a Fetch response of many batches, or a body of a million structs, never sits in memory as one
+ * string.
  */
 #include "walk.h"
 
@@ -28,6 +29,7 @@ typedef struct {
     int depth;
     int merge_root;         /* an embedded schema's object is already open (its version written) */
     int pending_inserts;    /* open objects waiting for more unknown tags: no flush meanwhile */
+    int tentative;          /* inside an embedded schema that may yet be taken back: no flush meanwhile */
     char legacy[8];         /* open legacy messages: 'w' a wrapper, 'm' a message, 'i' one inside a wrapper */
     int legacy_depth;
     int items_depth;        /* depth inside the open records field's list: whole items end there */
@@ -68,10 +70,10 @@ static int member(Walker *w, Json *j, int name) {
     return 0;
 }
 
-/* Hand the text so far to `write` once there is enough; only between whole items (a record, a batch), and
- * never while an "_unknown_tags" object may still grow. */
+/* Hand the text so far to `write` once there is enough; only between whole items (a record, a batch, a struct,
+ * an array), never while an "_unknown_tags" object may still grow or an embedded schema be taken back. */
 static int flush(Json *j) {
-    if (j->write == NULL || j->out.len < j->flush_at || j->pending_inserts)
+    if (j->write == NULL || j->out.len < j->flush_at || j->pending_inserts || j->tentative)
         return 0;
     PyObject *chunk = PyBytes_FromStringAndSize(j->out.data, j->out.len);
     if (chunk == NULL)
@@ -147,7 +149,7 @@ static int j_array_null(Walker *w, int name, int type, Py_ssize_t at, Py_ssize_t
     return member(w, j, name) < 0 ? -1 : OUT_LIT(&j->out, "null");
 }
 
-static int j_array_end(Walker *w, Py_ssize_t end, int ok) { return pop(w->state, ']'); }
+static int j_array_end(Walker *w, Py_ssize_t end, int ok) { return pop(w->state, ']') < 0 ? -1 : flush(w->state); }
 
 static int j_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ssize_t at) {
     Json *j = w->state;
@@ -168,7 +170,8 @@ static int j_struct_null(Walker *w, int name, int type, Py_ssize_t at) {
     return member(w, j, name) < 0 ? -1 : OUT_LIT(&j->out, "null");
 }
 
-static int j_struct_end(Walker *w, Py_ssize_t end, int ok) { return pop(w->state, '}'); }
+/* A struct's end: the text may go (so that a body of a million structs does not sit in memory as one string). */
+static int j_struct_end(Walker *w, Py_ssize_t end, int ok) { return pop(w->state, '}') < 0 ? -1 : flush(w->state); }
 
 static int j_tagged_begin(Walker *w, Py_ssize_t at) { return 0; }
 
@@ -450,8 +453,10 @@ static int consumer_json(Walker *w, Json *j, int name, int role, Py_ssize_t data
     Walker inner = *w;
     inner.failed = 0;
     j->merge_root = 1;
+    j->tentative++;
     Py_ssize_t stop;
     walk_program(&inner, program, data_at + 2, data_at + n, &stop);
+    j->tentative--;
     j->merge_root = 0;
     if (inner.failed == 2)
         return -1;

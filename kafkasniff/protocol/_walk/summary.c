@@ -2,8 +2,8 @@
  * view need. No Field objects; records are counted from batch headers, never decoded.
  *
  * Kept: the header's correlation id and client id, Produce's acks, ThrottleTimeMs, the non-zero error codes
- * in wire order, and topic mentions: one per struct or array item that names a topic (by name or id), in
- * the order a depth-first walk meets them, each with the data records and partitions found below it.
+ * in wire order (each once), and topic mentions: one per topic (name, id) that a struct or array item names,
+ * in the order a depth-first walk meets them, each with the data records and partitions found below them.
  * Also how implausible the reading looks (unknown error codes, illegal nulls, unknown tags), which ranks
  * the schemas that fit a response whose request was not captured.
  */
@@ -23,6 +23,8 @@ typedef struct {
     int depth;
     PyObject *correlation_id, *client_id, *acks, *throttle;
     PyObject *errors, *mentions;
+    PyObject *errors_seen; /* the codes in errors: each is kept once (readers show each name once) */
+    PyObject *by_topic;  /* (name, topic id) -> its first mention: one mention a topic */
     int64_t batches, records;
     int suspicion;
 } Summary;
@@ -110,9 +112,11 @@ static int s_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py
         PyObject *value = PyLong_FromLongLong(code);
         if (value == NULL)
             return -1;
-        int failed = PyList_Append(s->errors, value);
+        int seen = PySet_Contains(s->errors_seen, value);
+        int failed = seen < 0 || (!seen && (PyList_Append(s->errors, value) < 0 ||
+                                            PySet_Add(s->errors_seen, value) < 0));
         Py_DECREF(value);
-        return failed;
+        return failed ? -1 : 0;
     }
     case R_TOPIC_ID:
         if (kind == K_UUID && memcmp(p, ZERO_UUID, 16) != 0) {
@@ -148,16 +152,20 @@ static int s_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_
     PyObject *topic = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
     if (topic == NULL)
         return -1;
-    if (name == INDEX_NAME) { /* an item of a list of topic names: a mention of its own */
-        PyObject *m = new_mention();
-        if (m == NULL) {
-            Py_DECREF(topic);
-            return -1;
+    if (name == INDEX_NAME) { /* an item of a list of topic names: a mention of its own, unless it was named */
+        PyObject *key = PyTuple_Pack(2, topic, Py_None);
+        PyObject *m = key == NULL ? NULL : new_mention();
+        int failed = m == NULL;
+        if (!failed) {
+            PyObject *known = PyDict_GetItemWithError(s->by_topic, key);
+            Py_SETREF(PyList_GET_ITEM(m, 0), Py_NewRef(topic));
+            failed = known == NULL && (PyErr_Occurred() || PyList_Append(s->mentions, m) < 0 ||
+                                       PyDict_SetItem(s->by_topic, key, m) < 0);
         }
-        Py_SETREF(PyList_GET_ITEM(m, 0), topic);
-        int failed = PyList_Append(s->mentions, m);
-        Py_DECREF(m);
-        return failed;
+        Py_XDECREF(m);
+        Py_XDECREF(key);
+        Py_DECREF(topic);
+        return failed ? -1 : 0;
     }
     PyObject *m = frame_mention(s);
     if (m == NULL) {
@@ -191,12 +199,45 @@ static int s_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ss
     return 0;
 }
 
+/* A struct's mention of a topic mentioned before: what it found goes to the earlier mention, and it is taken
+ * out of the list (near its end: the mentions after it are those of the structs inside it), so that a message
+ * naming one topic a million times keeps one mention. Readers sum a topic's mentions (topics.py): the same. */
+static int merge_mention(Summary *s, Frame *f) { /* 1: merged, 0: the first mention of its topic, -1: error */
+    PyObject *m = f->mention;
+    PyObject *key = PyTuple_Pack(2, PyList_GET_ITEM(m, 0), PyList_GET_ITEM(m, 1));
+    if (key == NULL)
+        return -1;
+    PyObject *known = PyDict_GetItemWithError(s->by_topic, key);
+    if (known == NULL) {
+        int failed = PyErr_Occurred() || PyDict_SetItem(s->by_topic, key, m) < 0;
+        Py_DECREF(key);
+        return failed ? -1 : 0;  /* the first: the struct's findings go to it as usual */
+    }
+    Py_DECREF(key);
+    if (f->records) {
+        PyObject *records = PyLong_FromLongLong(PyLong_AsLongLong(PyList_GET_ITEM(known, 2)) + f->records);
+        if (records == NULL)
+            return -1;
+        Py_SETREF(PyList_GET_ITEM(known, 2), records);
+    }
+    if (f->partitions != NULL && PyList_SetSlice(PyList_GET_ITEM(known, 3), PY_SSIZE_T_MAX, PY_SSIZE_T_MAX,
+                                                 f->partitions) < 0)
+        return -1;
+    for (Py_ssize_t i = PyList_GET_SIZE(s->mentions) - 1; i >= 0; i--)
+        if (PyList_GET_ITEM(s->mentions, i) == m)
+            return PyList_SetSlice(s->mentions, i, i + 1, NULL) < 0 ? -1 : 1;
+    return 1;
+}
+
 /* What a struct found below it goes to its mention, or up to the struct around it. */
 static int s_struct_end(Walker *w, Py_ssize_t end, int ok) {
     Summary *s = w->state;
     Frame *f = top(s);
     int failed = 0;
-    if (f->mention != NULL) {
+    int merged = f->mention != NULL ? merge_mention(s, f) : 0;
+    if (merged < 0) {
+        failed = 1;
+    } else if (f->mention != NULL && !merged) { /* merged: what it found went to the topic's first mention */
         if (f->records) {
             PyObject *records = PyLong_FromLongLong(f->records);
             if (records == NULL)
@@ -206,7 +247,7 @@ static int s_struct_end(Walker *w, Py_ssize_t end, int ok) {
         }
         if (!failed && f->partitions != NULL)
             Py_SETREF(PyList_GET_ITEM(f->mention, 3), Py_NewRef(f->partitions));
-    } else if (s->depth > 1) {
+    } else if (f->mention == NULL && s->depth > 1) {
         Frame *up = &s->frames[s->depth - 2];
         up->records += f->records;
         if (f->partitions != NULL) {
@@ -294,7 +335,9 @@ PyObject *summarize(PyObject *self, PyObject *args) {
     Summary s = {0};
     s.errors = PyList_New(0);
     s.mentions = PyList_New(0);
-    if (s.errors == NULL || s.mentions == NULL)
+    s.by_topic = PyDict_New();
+    s.errors_seen = PySet_New(NULL);
+    if (s.errors == NULL || s.mentions == NULL || s.by_topic == NULL || s.errors_seen == NULL)
         goto done;
     if (pos < 0 || end > buf.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "summarize: range outside the buffer");
@@ -341,7 +384,147 @@ done:
     Py_XDECREF(s.throttle);
     Py_XDECREF(s.errors);
     Py_XDECREF(s.mentions);
+    Py_XDECREF(s.by_topic);
+    Py_XDECREF(s.errors_seen);
     Py_XDECREF(stops);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* The screen: the summary's walk with nothing kept but how implausible the reading looks. It makes no
+ * Python object, so trying every response schema on a frame whose request was not captured costs a walk
+ * per schema and no more; only the schemas it ranks best are then summarized. Each walk is given a number of
+ * steps (a step per field value, struct and unknown tag) so that the work per frame is bounded by the caller. */
+
+typedef struct {
+    int suspicion;
+    int64_t steps, steps_allowed;
+} Screen;
+
+/* One more step; past those allowed, the walk stops (as a Python exception, which screen() takes back). */
+static int step(Screen *s) {
+    if (++s->steps <= s->steps_allowed)
+        return 0;
+    PyErr_SetNone(PyExc_StopIteration);
+    return -1;
+}
+
+static int sc_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py_ssize_t at, const uint8_t *p) {
+    Screen *s = w->state;
+    if (step(s) < 0)
+        return -1;
+    if (role != R_ERROR_CODE)
+        return 0;
+    int known = error_code_known(fixed_value(kind, p));
+    if (known < 0)
+        return -1;
+    s->suspicion += !known;
+    return 0;
+}
+
+static int sc_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
+                   const uint8_t *p, Py_ssize_t n, int not_nullable) {
+    Screen *s = w->state;
+    s->suspicion += not_nullable;
+    return step(s);
+}
+
+static int sc_array_null(Walker *w, int name, int type, Py_ssize_t at, Py_ssize_t size, int not_nullable) {
+    Screen *s = w->state;
+    s->suspicion += not_nullable;
+    return step(s);
+}
+
+static int sc_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ssize_t at) {
+    return step(w->state);
+}
+
+static int sc_struct_end(Walker *w, Py_ssize_t end, int ok) { return 0; }
+
+static int sc_tagged_unknown(Walker *w, uint64_t tag, Py_ssize_t at, Py_ssize_t size, const uint8_t *p) {
+    Screen *s = w->state;
+    s->suspicion++;
+    return step(s);
+}
+
+/* Records are a bytes field to the walk: what they hold does not change where the body ends. */
+static int sc_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at, Py_ssize_t n) {
+    return step(w->state);
+}
+
+static const Builder screen_builder = {sc_fixed, sc_text, s_array_begin, sc_array_null, s_array_end,
+                                       sc_struct_begin, s_struct_null, sc_struct_end, s_tagged_begin,
+                                       sc_tagged_unknown, s_tagged_end, sc_records, s_embedded};
+
+/* One schema's walk: its suspicion if the programs, walked one after the other, consume buf[pos:end] exactly, else
+ * -1; *steps grows by the steps taken, and past steps_allowed the walk stops (-2). -3 with a Python exception. */
+static int screen_one(PyObject *programs, Py_buffer *buf, Py_ssize_t pos, Py_ssize_t end, int64_t *steps,
+                      int64_t steps_allowed) {
+    if (!PyTuple_Check(programs)) {
+        PyErr_SetString(PyExc_TypeError, "screen: each schema's programs must be a tuple");
+        return -3;
+    }
+    Screen s = {.steps = *steps, .steps_allowed = steps_allowed};
+    Walker w = {.b = buf->buf, .buflen = buf->len, .bufobj = buf->obj, .builder = &screen_builder, .state = &s};
+    Py_ssize_t at = pos;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(programs) && !w.failed; i++) {
+        PyObject *program = PyTuple_GET_ITEM(programs, i);
+        if (!PyObject_TypeCheck(program, &ProgramType)) {
+            PyErr_SetString(PyExc_TypeError, "screen: programs must be Programs");
+            return -3;
+        }
+        walk_program(&w, (const Program *)program, at, end, &at);
+    }
+    *steps = s.steps;
+    if (w.failed == 2) {
+        if (s.steps <= s.steps_allowed || !PyErr_ExceptionMatches(PyExc_StopIteration))
+            return -3;
+        PyErr_Clear();
+        return -2;
+    }
+    return !w.failed && at == end ? s.suspicion : -1;
+}
+
+/* screen(schemas, buf, pos, end, steps_allowed) -> (fits, tried): schemas is a sequence of program tuples (a
+ * header's, then a body's), walked in order until they are all tried or steps_allowed steps are spent in all;
+ * fits lists (index, suspicion) of those that consume buf[pos:end] exactly, tried how many were walked to
+ * the end. */
+PyObject *screen(PyObject *self, PyObject *args) {
+    PyObject *schemas;
+    Py_buffer buf;
+    Py_ssize_t pos, end;
+    long long steps_allowed;
+    if (!PyArg_ParseTuple(args, "Oy*nnL:screen", &schemas, &buf, &pos, &end, &steps_allowed))
+        return NULL;
+    PyObject *result = NULL, *fits = NULL, *seq = NULL;
+    if (pos < 0 || end > buf.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "screen: range outside the buffer");
+        goto done;
+    }
+    if ((seq = PySequence_Fast(schemas, "screen: schemas must be a sequence")) == NULL ||
+        (fits = PyList_New(0)) == NULL)
+        goto done;
+    int64_t steps = 0;
+    Py_ssize_t tried = 0, count = PySequence_Fast_GET_SIZE(seq);
+    for (; tried < count; tried++) {
+        int found = screen_one(PySequence_Fast_GET_ITEM(seq, tried), &buf, pos, end, &steps, steps_allowed);
+        if (found == -3)
+            goto done;
+        if (found == -2)
+            break;
+        if (found >= 0) {
+            PyObject *fit = Py_BuildValue("(ni)", tried, found);
+            if (fit == NULL || PyList_Append(fits, fit) < 0) {
+                Py_XDECREF(fit);
+                goto done;
+            }
+            Py_DECREF(fit);
+        }
+    }
+    result = Py_BuildValue("(On)", fits, tried);
+done:
+    Py_XDECREF(fits);
+    Py_XDECREF(seq);
     PyBuffer_Release(&buf);
     return result;
 }

@@ -285,6 +285,13 @@ typedef struct {
     const char *root_label;        /* the type text of the root being walked */
     /* drawing */
     Out prefix;
+    struct {                       /* items of an array past ITEMS_SHOWN (unless all values are shown), not made */
+        int open;
+        int level;                 /* the depth of their array */
+        int depth;                 /* > 0 inside one of them: containers open in it */
+        Py_ssize_t start;
+        int64_t count;
+    } hidden;
 } Text;
 
 static Writer output(Text *t) { return (Writer){&t->out, t->want_spans ? &t->spans : NULL}; }
@@ -746,9 +753,114 @@ static int tb_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t 
     return tb_text(w, name, 0, FORM_BYTES, R_NONE, at, size, w->b + data_at, n, 0);
 }
 
-const Builder text_builder = {tb_fixed, tb_text, tb_array_begin, tb_array_null, tb_array_end,
-                              tb_struct_begin, tb_struct_null, tb_struct_end, tb_tagged_begin, tb_tagged_unknown,
-                              tb_tagged_end, tb_records, tb_embedded};
+/* --- array items past ITEMS_SHOWN ------------------------------------------------------------------
+ * Unless every value is shown whole (--full), the items of an array past ITEMS_SHOWN are not made into nodes
+ * but counted into one line, so that an array of millions of small items costs memory for ITEMS_SHOWN only. */
+
+#define ITEMS_SHOWN 10000
+
+/* Whether what starts here is not made: it is inside an item past the limit, or it is such an item (which
+ * opens or extends the run of items not made). `opens`: it is a container, closed by an end call. */
+static int hidden(Text *t, Py_ssize_t at, int opens) {
+    if (t->hidden.depth) {
+        t->hidden.depth += opens;
+        return 1;
+    }
+    if (t->limit < 0 || t->depth == 0 || t->open[t->depth - 1].kind != O_ARRAY ||
+        t->open[t->depth - 1].items < ITEMS_SHOWN)
+        return 0;
+    if (!t->hidden.open) {
+        t->hidden.open = 1;
+        t->hidden.level = t->depth;
+        t->hidden.start = at;
+        t->hidden.count = 0;
+    }
+    t->hidden.count++;
+    t->hidden.depth = opens;
+    return 1;
+}
+
+static int g_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py_ssize_t at, const uint8_t *p) {
+    return hidden(w->state, at, 0) ? 0 : tb_fixed(w, name, index, kind, role, at, p);
+}
+
+static int g_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
+                  const uint8_t *p, Py_ssize_t n, int not_nullable) {
+    return hidden(w->state, at, 0) ? 0 : tb_text(w, name, index, form, role, at, size, p, n, not_nullable);
+}
+
+static int g_array_begin(Walker *w, int name, int type, int role, Py_ssize_t at, int64_t count) {
+    return hidden(w->state, at, 1) ? 0 : tb_array_begin(w, name, type, role, at, count);
+}
+
+static int g_array_null(Walker *w, int name, int type, Py_ssize_t at, Py_ssize_t size, int not_nullable) {
+    return hidden(w->state, at, 0) ? 0 : tb_array_null(w, name, type, at, size, not_nullable);
+}
+
+/* The end of an array: inside an item not made, nothing; with items not made, their line first. */
+static int g_array_end(Walker *w, Py_ssize_t end, int ok) {
+    Text *t = w->state;
+    if (t->hidden.depth) {
+        t->hidden.depth--;
+        return 0;
+    }
+    if (t->hidden.open && t->hidden.level == t->depth) {
+        t->hidden.open = 0;
+        Writer wr = arena(t);
+        char text[160];
+        snprintf(text, sizeof text, "\xe2\x80\xa6 %lld more items in %zd bytes, past the %d this view shows (--full "
+                 "shows them all)", (long long)t->hidden.count, end - t->hidden.start, ITEMS_SHOWN);
+        int i = start_label(t);
+        if (i < 0 || PUT(&wr, text, ST_DIM) < 0)
+            return -1;
+        finish_label(t, i);
+        t->open[t->depth - 1].items += (int)t->hidden.count;
+    }
+    return tb_array_end(w, end, ok);
+}
+
+static int g_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ssize_t at) {
+    return hidden(w->state, at, 1) ? 0 : tb_struct_begin(w, name, index, type, at);
+}
+
+static int g_struct_null(Walker *w, int name, int type, Py_ssize_t at) {
+    return hidden(w->state, at, 0) ? 0 : tb_struct_null(w, name, type, at);
+}
+
+static int g_struct_end(Walker *w, Py_ssize_t end, int ok) {
+    Text *t = w->state;
+    if (t->hidden.depth) {
+        t->hidden.depth--;
+        return 0;
+    }
+    return tb_struct_end(w, end, ok);
+}
+
+/* A tagged section opens no node: inside an item not made, it is skipped like the rest. */
+static int g_tagged_begin(Walker *w, Py_ssize_t at) {
+    return ((Text *)w->state)->hidden.depth ? 0 : tb_tagged_begin(w, at);
+}
+
+static int g_tagged_unknown(Walker *w, uint64_t tag, Py_ssize_t at, Py_ssize_t size, const uint8_t *p) {
+    return hidden(w->state, at, 0) ? 0 : tb_tagged_unknown(w, tag, at, size, p);
+}
+
+static int g_tagged_end(Walker *w, Py_ssize_t end, uint64_t count, int ok) {
+    return ((Text *)w->state)->hidden.depth ? 0 : tb_tagged_end(w, end, count, ok);
+}
+
+static int g_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at, Py_ssize_t n) {
+    return hidden(w->state, at, 0) ? 0 : tb_records(w, name, at, size, data_at, n);
+}
+
+static int g_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at,
+                      Py_ssize_t n) {
+    return hidden(w->state, at, 0) ? 0 : tb_embedded(w, name, role, at, size, data_at, n);
+}
+
+const Builder text_builder = {g_fixed, g_text, g_array_begin, g_array_null, g_array_end,
+                              g_struct_begin, g_struct_null, g_struct_end, g_tagged_begin, g_tagged_unknown,
+                              g_tagged_end, g_records, g_embedded};
 
 /* --- drawing ------------------------------------------------------------------------------------ */
 

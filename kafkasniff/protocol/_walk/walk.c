@@ -558,6 +558,8 @@ static PyMethodDef methods[] = {
     {"readable", readable, METH_O, "readable(bytes) -> whether they are UTF-8 text of printable characters"},
     {"set_hooks", set_hooks, METH_VARARGS, "The Python functions the walk calls (see walker.py)."},
     {"summarize", summarize, METH_VARARGS, "summarize(programs, buf, pos, end) -> summary tuple"},
+    {"screen", screen, METH_VARARGS,
+     "screen(schemas, buf, pos, end, steps_allowed) -> ([(index, suspicion)], tried)"},
     {"json_body", json_body, METH_VARARGS, "json_body(program, buf, pos, end, ctx, write) -> None"},
     {"field_tree", field_tree, METH_VARARGS,
      "field_tree(program, buf, pos, end, ctx, limit, record_limit) -> (Field, stop, failure)"},

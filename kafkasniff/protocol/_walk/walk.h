@@ -251,6 +251,7 @@ void out_free(Out *o);
 /* builders */
 extern const Builder summary_builder, json_builder, fields_builder, text_builder, partitions_builder;
 PyObject *summarize(PyObject *self, PyObject *args);
+PyObject *screen(PyObject *self, PyObject *args);
 PyObject *json_body(PyObject *self, PyObject *args);
 PyObject *field_tree(PyObject *self, PyObject *args);
 PyObject *records_fields(PyObject *self, PyObject *args);

@@ -1,0 +1,110 @@
+"""State that ages out: requests never answered, and made-up API keys and versions, keep bounded memory, and
+what was given up is said (issue 18).
+
+Every capture is made here; each view runs as a process of its own (tests/measured.py), whose time and peak
+resident memory are bounded (one process: the captures are below the size at which decode starts workers).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from measured import decode_measured
+from pcapkit import TcpConversation, write_pcap
+from kafkasniff.stream.session import MAX_PENDING
+
+REQUESTS = 300_000
+
+
+def header_only_requests(correlation_ids, api_key: int = 18, version: int = 0) -> bytes:
+    """Requests of the given API and version (ApiVersions v0 by default) with a null client id and no body."""
+    return b"".join(struct.pack(">ihhih", 10, api_key, version, c, -1) for c in correlation_ids)
+
+
+def given_up_text(count: int) -> str:
+    return (f"{count:,} request{'s' if count != 1 else ''} given up waiting for a response (more than 1,024 "
+            f"requests or 64 MiB waiting, or 900 s of capture time without one); a response that comes later is "
+            f"shown as one whose request was not captured")
+
+
+def capture_of(path, *sends: tuple[bool, bytes, float]):
+    """A captured connection: (from_client, bytes, seconds to wait before) for each send."""
+    conversation = TcpConversation(("10.0.0.1", 40000), ("10.0.0.2", 9092), mss=60_000)
+    for from_client, data, wait in sends:
+        conversation.ts += wait
+        conversation.send(from_client, data)
+    return write_pcap(path, conversation.close())
+
+
+def table_row(done, first: str) -> list[str]:
+    """The cells after the first of the --stats table row that starts with `first`."""
+    (row,) = [line for line in done.head.decode().splitlines() if line.split("│")[0].strip() == first]
+    return [cell.strip() for cell in row.split("│")[1:]]
+
+
+def decoded_json(capture) -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "--json", str(capture)], capture_output=True,
+                          check=True, timeout=60)
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("view", [["--stats"], ["--json"], []])
+def test_requests_never_answered_are_given_up_and_counted(tmp_path, view):
+    """Once 373 MB: 300,000 requests that no response answers were all kept until the end."""
+    capture = capture_of(tmp_path / "never_answered.pcap",
+                         *((True, header_only_requests(range(start, start + 4000)), 0)
+                           for start in range(0, REQUESTS, 4000)))
+    done = decode_measured(capture, view)
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 80 and done.seconds < 60, f"{done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+    if view == ["--stats"]:
+        assert table_row(done, "ApiVersions") == ["300,000", "0", "3,000,000", "0", "", "", "", "", ""]
+        assert "\n1 unanswered notices\n" in done.head.decode()
+
+
+def test_the_oldest_requests_past_the_limit_are_given_up_and_said(tmp_path):
+    waiting = MAX_PENDING + 76
+    capture = capture_of(tmp_path / "over.pcap", (True, header_only_requests(range(waiting)), 0),
+                         (False, struct.pack(">iihi", 10, waiting - 1, 0, 0), 0))
+    *requests, response, notice = decoded_json(capture)
+    assert len(requests) == waiting
+    assert (response["correlation_id"], response["latency_ms"] is not None) == (waiting - 1, True)
+    assert (notice["notice"], notice["text"]) == ("unanswered", given_up_text(76))
+
+
+def test_a_request_unanswered_longer_than_any_timeout_is_given_up(tmp_path):
+    """A request, another 1000 s later, then both responses: the first request was given up, its response is
+    shown as one whose request was not captured (inferred), the second is paired."""
+    capture = capture_of(tmp_path / "late.pcap", (True, header_only_requests([1]), 0),
+                         (True, header_only_requests([2]), 1000),
+                         (False, struct.pack(">iihi", 10, 1, 0, 0) + struct.pack(">iihi", 10, 2, 0, 0), 0))
+    first, second, late, answered, notice = decoded_json(capture)
+    assert (late["correlation_id"], late["api_name"], late["latency_ms"], late["inferred"]) == (
+        1, "ApiVersions", None, True)
+    assert (answered["correlation_id"], answered["latency_ms"] is not None) == (2, True)
+    assert notice["text"] == given_up_text(1)
+
+
+def test_made_up_api_keys_and_versions_keep_bounded_memory(tmp_path):
+    """Once 575 MB: 300,000 distinct (API key, version) pairs Kafka does not define, each answered. Here 30,000
+    pairs, 3,000 at a time (so that 1,976 of each batch are given up waiting, and their responses inferred): the
+    made-up APIs share one row."""
+    pairs = [(1000 + i // 10, i % 10) for i in range(30_000)]
+    # a request Kafka defines first: the connection is told to be Kafka by it
+    sends = [(True, header_only_requests([30_000]), 0), (False, struct.pack(">iihi", 10, 30_000, 0, 0), 0)]
+    for start in range(0, len(pairs), 3000):
+        batch = range(start, start + 3000)
+        sends.append((True, b"".join(header_only_requests([i], *pairs[i]) for i in batch), 0))
+        sends.append((False, b"".join(struct.pack(">ii", 4, i) for i in batch), 0))
+    done = decode_measured(capture_of(tmp_path / "pairs.pcap", *sends), ["--stats"])
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 80 and done.seconds < 30, f"{done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+    # requests and responses of made-up APIs are malformed: "unknown API key"
+    assert table_row(done, "?") == ["30,000", "30,000", "300,000", "120,000", "0.100", "0.100", "0.100", "0.100",
+                                    "malformed×60000"]
+    assert "\n1 unanswered notices\n" in done.head.decode()
