@@ -442,6 +442,21 @@ def _count(summary: str, label: str) -> int:
     return int(found.group(1))
 
 
+def is_listening(port: int) -> bool:
+    """Whether a TCP socket listens on the port (read from /proc: a probe connection would be captured, and
+    binding fails while closed connections linger in TIME_WAIT)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
 def make_certificate(directory: Path) -> tuple[Path, Path]:
     """(certificate, key) files of a self-signed RSA certificate for localhost, made by `openssl req`."""
     cert, key = directory / "cert.pem", directory / "key.pem"
@@ -481,7 +496,7 @@ class TlsTerminator:
                       "fork,reuseaddr", f"tcp:{LOOPBACK}:{self.upstream_port}"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while port_is_free(self.listen_port):
+        while not is_listening(self.listen_port):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 raise BrokerError(f"socat did not listen on {self.listen_port}: "
                                   f"{self._process.stderr.read().decode(errors='replace') if self._process.poll() is not None else ''}")

@@ -33,7 +33,7 @@ class KeyLog:
         """follow: the files may grow (sniff): read what was appended when keys are looked for and missing.
         Without it, a file that cannot be read is an error."""
         self.secrets: dict[bytes, dict[str, bytes]] = {}
-        self.follow = follow
+        self.follow = follow and bool(paths)
         self._files = {path: [0, b""] for path in paths}  # path: [bytes read, unfinished last line]
         self._last_read = 0.0
         self.bad_lines = 0
