@@ -70,9 +70,13 @@ def open_keylog(tls_keylogs: tuple[str, ...], follow: bool = False) -> KeyLog:
     from kafkasniff.commands.terminal import fail
 
     try:
-        return KeyLog(keylog_paths(tls_keylogs), follow=follow)
+        keylog = KeyLog(keylog_paths(tls_keylogs), follow=follow)
     except KeyLogError as e:
         fail(f"{e}; give a readable --tls-keylog FILE (or unset SSLKEYLOGFILE)")
+    if keylog.bad_lines:
+        click.echo(f"kafkasniff: warning: {keylog.bad_lines:,} lines of the TLS key logs are not key log lines "
+                   "(LABEL <client random> <secret>, in hex); skipped", err=True)
+    return keylog
 
 
 def _check_apis(apis) -> None:

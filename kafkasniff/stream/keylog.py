@@ -18,6 +18,8 @@ LABELS = {
     b"CLIENT_TRAFFIC_SECRET_0": "client_traffic",
     b"SERVER_TRAFFIC_SECRET_0": "server_traffic",
 }
+# Labels of key log lines that decrypt nothing here (exporters, 0-RTT, RSA premaster secrets): not damage.
+UNUSED_LABELS = frozenset((b"EXPORTER_SECRET", b"EARLY_EXPORTER_SECRET", b"CLIENT_EARLY_TRAFFIC_SECRET", b"RSA"))
 MAX_LINE = 512  # the longest line a key log holds is about 170 characters; longer ones are not key log lines
 REREAD_EVERY_S = 0.2  # a live key log is looked at no more often than this when keys are missing
 
@@ -57,8 +59,7 @@ class KeyLog:
             except (ValueError, IndexError, UnicodeDecodeError):
                 name = None
             if name is None:
-                if len(parts) < 1 or parts[0] not in (b"EXPORTER_SECRET", b"CLIENT_EARLY_TRAFFIC_SECRET",
-                                                      b"EARLY_EXPORTER_SECRET"):
+                if parts[0] not in UNUSED_LABELS:
                     self.bad_lines += 1
                 continue
             if len(client_random) != 32 or not secret:

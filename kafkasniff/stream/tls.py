@@ -43,6 +43,7 @@ MAX_HELD = 16 << 20
 # bytes), and decryptions one connection may spend on finding its keys and place.
 MAX_SEQUENCE_GUESS = 4096
 MAX_GUESSES = 1 << 16
+_SEQUENCE_ROUNDS = ((0, 16), (16, 256), (256, MAX_SEQUENCE_GUESS))
 _LEN = struct.Struct(">H")
 _SEQ = struct.Struct(">Q")
 
@@ -625,27 +626,26 @@ class TlsConnection:
         return self._guess_keys(side, bytes(record))
 
     def _guess_keys(self, side: int, record: bytes) -> bool:
-        """The handshake was not captured: a TLS 1.3 traffic secret of the key log that opens this record."""
-        other = self.sides[1 - side]
-        if other.secret is not None:
-            names = ("server_traffic",) if side != self.client_side else ("client_traffic",)
-            candidates = [(names[0], self._paired_secret(names[0]))]
+        """The handshake was not captured: a TLS 1.3 traffic secret of the key log that opens this record at
+        some sequence number (small numbers first: a capture usually starts early in a connection)."""
+        name = "client_traffic" if side == self.client_side else "server_traffic"
+        if self.guessed_random is not None:  # the other direction's secret was found: this one is its pair
+            secret = self.keylog.secrets[self.guessed_random].get(name)
+            candidates = [(self.guessed_random, name, secret, self.suite)] if secret else []
         else:
-            candidates = [(name, secrets[name]) for secrets in list(self.keylog.secrets.values())
-                          for name in ("client_traffic", "server_traffic") if name in secrets]
-        for name, secret in candidates:
-            if secret is None:
-                continue
-            for suite in (SUITES[0x1302],) if len(secret) == 48 else (SUITES[0x1301], SUITES[0x1303]):
-                keys = RecordKeys.tls13(suite, secret)
-                seq = self._guess_sequence(keys, record, 0, MAX_SEQUENCE_GUESS)
+            names = (name,) if self.client_side is not None else ("client_traffic", "server_traffic")
+            candidates = [(random, n, secrets[n], suite) for random, secrets in list(self.keylog.secrets.items())
+                          for n in names if n in secrets for suite in _tls13_suites_for(secrets[n])]
+        keys = [(random, n, secret, RecordKeys.tls13(suite, secret)) for random, n, secret, suite in candidates]
+        for first, last in _SEQUENCE_ROUNDS:
+            for random, n, secret, found in keys:
+                seq = self._guess_sequence(found, record, first, last - 1)
                 if seq is not None:
-                    self.suite, self.version = suite, TLS13
+                    self.suite, self.version, self.guessed_random = found.suite, TLS13, random
                     direction = self.sides[side]
-                    direction.keys, direction.secret, direction.seq, direction.encrypted = keys, secret, seq, True
+                    direction.keys, direction.secret, direction.seq, direction.encrypted = found, secret, seq, True
                     if self.client_side is None:
-                        self.client_side = side if name == "client_traffic" else 1 - side
-                    self.guessed_random = next(r for r, s in self.keylog.secrets.items() if s.get(name) == secret)
+                        self.client_side = side if n == "client_traffic" else 1 - side
                     self.decrypting = True
                     return True
                 if self.guesses > MAX_GUESSES:
@@ -656,5 +656,7 @@ class TlsConnection:
                    "the handshake was not captured and no TLS 1.3 traffic secret of the key log opens its records")
         return False
 
-    def _paired_secret(self, name: str) -> bytes | None:
-        return self.keylog.secrets.get(self.guessed_random, {}).get(name)
+
+def _tls13_suites_for(secret: bytes) -> tuple[Suite, ...]:
+    """The TLS 1.3 suites a traffic secret may belong to: its length is its suite's hash length."""
+    return (SUITES[0x1302],) if len(secret) == 48 else (SUITES[0x1301], SUITES[0x1303])
