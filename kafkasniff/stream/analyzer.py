@@ -45,9 +45,11 @@ class Analyzer:
         """Live capture: capture time passes without traffic, so long-waiting holes are given up, and TLS
         records waiting for their keys are decrypted once the key log has them."""
         out = self.handle(self.tcp.tick(now))
-        if self.keylog.follow and self.tls_sessions and self.keylog.refresh():
+        if self.keylog.follow and self.tls_sessions:
+            self.keylog.refresh()
             for session in list(self.tls_sessions.values()):
-                out += session.poll(now)
+                if session.tls.waiting:
+                    out += session.poll(now)
         return out
 
     def finish(self) -> list:
@@ -200,8 +202,7 @@ class TlsSession:
         return self._decoded(self.tls.poll(), ts)
 
     def end(self, ts: float) -> list:
-        self.tls.end()
-        out = self._decoded([], ts)
+        out = self._decoded(self.tls.end(), ts)
         if self.session is not None:
             out += self._marked(self.session.end(ts))
         conn = self._connection()

@@ -8,7 +8,6 @@ sessions log `CLIENT_RANDOM` (the master secret), TLS 1.3 sessions their traffic
 from __future__ import annotations
 
 import os
-import time
 
 # The labels we use, by the name the TLS layer asks for. Others (EXPORTER_SECRET, early secrets) are skipped.
 LABELS = {
@@ -21,7 +20,6 @@ LABELS = {
 # Labels of key log lines that decrypt nothing here (exporters, 0-RTT, RSA premaster secrets): not damage.
 UNUSED_LABELS = frozenset((b"EXPORTER_SECRET", b"EARLY_EXPORTER_SECRET", b"CLIENT_EARLY_TRAFFIC_SECRET", b"RSA"))
 MAX_LINE = 512  # the longest line a key log holds is about 170 characters; longer ones are not key log lines
-REREAD_EVERY_S = 0.2  # a live key log is looked at no more often than this when keys are missing
 
 
 class KeyLogError(Exception):
@@ -37,7 +35,6 @@ class KeyLog:
         self.secrets: dict[bytes, dict[str, bytes]] = {}
         self.follow = follow and bool(paths)
         self._files = {path: [0, b""] for path in paths}  # path: [bytes read, unfinished last line]
-        self._last_read = 0.0
         self.bad_lines = 0
         for path in paths:
             self._read(path, must_exist=not follow)
@@ -71,20 +68,26 @@ class KeyLog:
                 new += 1
         return new
 
-    def get(self, client_random: bytes) -> dict[str, bytes] | None:
-        found = self.secrets.get(client_random)
-        if found is None and self.follow and self.refresh():
-            found = self.secrets.get(client_random)
+    def get(self, client_random: bytes, needed: tuple[str, ...] = ()) -> dict[str, bytes]:
+        """The secrets of a client random ({} if none). Followed files are read again (now and then) while
+        any of `needed` is missing: clients log a connection's secrets as its handshake goes on."""
+        found = self.secrets.get(client_random, {})
+        if self.follow and (not found or any(name not in found for name in needed)) and self.refresh():
+            found = self.secrets.get(client_random, {})
         return found
 
-    def refresh(self, force: bool = False) -> bool:
-        """Read what the followed files gained since last time (at most every REREAD_EVERY_S unless forced).
+    def refresh(self) -> bool:
+        """Read what the followed files gained since last time (a stat each when they did not change).
         True if new secrets came."""
-        now = time.monotonic()
-        if not self._files or (not force and now - self._last_read < REREAD_EVERY_S):
-            return False
-        self._last_read = now
-        return any([self._read(path, must_exist=False) for path in self._files])
+        new = False
+        for path, (position, _) in self._files.items():
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                continue
+            if size != position:
+                new = self._read(path, must_exist=False) > 0 or new
+        return new
 
     def _read(self, path: str, must_exist: bool) -> int:
         state = self._files[path]

@@ -311,6 +311,7 @@ class _Direction:
         self.seq = 0
         self.encrypted = False
         self.secret: bytes | None = None  # TLS 1.3: the traffic secret the keys come from
+        self.awaiting: str | None = None  # TLS 1.3: the traffic secret to come from a followed key log
         self.handshake = bytearray()  # a handshake message being gathered
         self.handshake_skip = 0  # bytes of a large handshake message still to pass over unread
         self.seq_unknown = 0  # after missing bytes: how many records may have been lost (0: seq known)
@@ -373,9 +374,14 @@ class TlsConnection:
             self._fail(f"{self._no_key()} ({MAX_HELD >> 20} MiB of records held waiting for it)")
         return self._take()
 
+    @property
+    def waiting(self) -> bool:
+        """Records are held, waiting for keys (or for more bytes)."""
+        return self.failure is None and any(d.buf for d in self.sides)
+
     def poll(self) -> list[tuple[int, bytes]]:
         """Keys may have appeared in a followed key log: decrypt what waits for them."""
-        if self.failure is None and any(d.buf for d in self.sides):
+        if self.waiting:
             for side in (0, 1):
                 if self.failure is None:
                     self._pump(side)
@@ -393,14 +399,20 @@ class TlsConnection:
         direction.synced = False
         direction.seq_unknown += size // (HEADER + TAG) + 1
 
-    def end(self) -> None:
-        """The connection is over: say why it was not decrypted, if it was not."""
+    def end(self) -> list[tuple[int, bytes]]:
+        """The connection is over: a followed key log is read a last time for what waits, then the connection
+        says why it was not decrypted, if it was not."""
+        out = []
+        if self.keylog.follow and self.waiting:
+            self.keylog.refresh()
+            out = self.poll()
         if self.failure is None and not self.decrypting:
             if self.client_hello is not None or not self.keylog:
                 self._fail(self._no_key())
             elif any(d.captured for d in self.sides):
                 self._fail("the handshake was not captured and no TLS 1.3 traffic secret of the key log opens "
                            "its records")
+        return out
 
     def _no_key(self) -> str:
         return "no key for this client random" if self.keylog else \
@@ -569,12 +581,14 @@ class TlsConnection:
                 self._keys_from_log()
         elif kind == FINISHED and self.version == TLS13 and direction.secret is not None:
             # The handshake of this direction is over: its application traffic secret takes over.
-            secrets = self.keylog.get(self.client_hello.random) or {}
             name = "client_traffic" if side == self.client_side else "server_traffic"
-            if name not in secrets:
+            secrets = self.keylog.get(self.client_hello.random, (name,))
+            if name in secrets:
+                self._set_tls13_keys(side, secrets[name])
+            elif self.keylog.follow:
+                direction.keys, direction.awaiting = None, name  # clients log it as the handshake ends
+            else:
                 self._fail(f"the key log has no {name.upper()}_SECRET_0 for this client random")
-                return
-            self._set_tls13_keys(side, secrets[name])
         elif kind == KEY_UPDATE and self.version == TLS13 and direction.secret is not None:
             self._set_tls13_keys(side, hkdf_expand_label(self.suite.hash, direction.secret, b"traffic upd",
                                                          _MAC_LEN[self.suite.hash]))
@@ -592,13 +606,10 @@ class TlsConnection:
         (a followed key log may get them later; else the connection fails)."""
         if self.client_hello is None:
             return False
-        secrets = self.keylog.get(self.client_hello.random)
         suite = self.suite
-        if suite.tls13:
-            needed = ("client_handshake", "server_handshake")
-        else:
-            needed = ("master",)
-        if secrets is None or any(name not in secrets for name in needed):
+        needed = ("client_handshake", "server_handshake") if suite.tls13 else ("master",)
+        secrets = self.keylog.get(self.client_hello.random, needed)
+        if any(name not in secrets for name in needed):
             if not self.keylog.follow:
                 self._fail(self._no_key())
             return False
@@ -616,6 +627,14 @@ class TlsConnection:
     def _find_keys(self, side: int, record) -> bool:
         """Keys for an encrypted record of this side: from the key log by the hellos, or, the handshake not
         captured, a TLS 1.3 traffic secret that authenticates the record at some sequence number."""
+        direction = self.sides[side]
+        if direction.awaiting is not None:
+            secret = self.keylog.get(self.client_hello.random, (direction.awaiting,)).get(direction.awaiting)
+            if secret is None:
+                return False
+            self._set_tls13_keys(side, secret)
+            direction.awaiting = None
+            return True
         if self.server_hello is not None:
             found = self._keys_from_log()
             if found or self.failure is not None or self.sides[side].keys is not None:
