@@ -67,9 +67,10 @@ def _partition_of(key) -> int:
     return zlib.crc32(repr(key[0]).encode())
 
 
-def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None
-                 ) -> BuildSummary:
-    """Decode `files` and write the messages, records and connections tables under `out`."""
+def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None,
+                 keylog_text: bytes = b"") -> BuildSummary:
+    """Decode `files` and write the messages, records and connections tables under `out`. keylog_text: TLS
+    key log lines, shipped to the executors with the tasks."""
     started = time.monotonic()
     sc = spark.sparkContext
     stats = sc.accumulator(_no_reads(), _stats_param())
@@ -88,7 +89,7 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     rows = (segments
             .repartitionAndSortWithinPartitions(partitions or 2 * sc.defaultParallelism,
                                                 partitionFunc=_partition_of)
-            .mapPartitions(lambda items: decode_sorted_partition(items, hints))
+            .mapPartitions(lambda items: decode_sorted_partition(items, hints, keylog_text))
             .map(_wide_row))
     # The one pass through Python: rows of every table side by side, kept on the JVM (memory, then disk).
     wide = spark.createDataFrame(rows, _WIDE_DDL, verifySchema=False).persist()

@@ -23,6 +23,7 @@ from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
 from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.keylog import KeyLog
 from kafkasniff.stream.session import MessageEvent, NoticeEvent, endpoint_text
 
 # Tags of the rows mapPartitions emits, one stream of (tag, row) for all tables.
@@ -60,7 +61,7 @@ class _Tally:
         self.client: tcp.Endpoint | None = None
         self.client_ids: dict[str, None] = {}
         self.requests = self.responses = 0
-        self.tls = False
+        self.tls: dict | None = None  # {"version", "cipher"} of a TLS connection
 
     def files_between(self, first_ts: float, last_ts: float) -> list[str]:
         files = [name for name, lo, hi in self.file_spans if lo <= last_ts and hi >= first_ts]
@@ -71,10 +72,11 @@ class _Tally:
         client_is_a = self.client is None or self.client == a
         client, server = (a, b) if client_is_a else (b, a)
         to_server, to_client = self.bytes if client_is_a else reversed(self.bytes)
-        protocol = "kafka" if self.requests else "tls" if self.tls else "unknown"
+        protocol = "kafka" if self.requests else "tls" if self.tls is not None else "unknown"
         return {"connection_id": self.id, "client": endpoint_text(client), "server": endpoint_text(server),
                 "first_seen": micros(self.first_seen), "last_seen": micros(self.last_seen),
-                "protocol": protocol, "handshake": self.handshake, "client_ids": list(self.client_ids),
+                "protocol": protocol, "tls_version": self.tls and self.tls["version"],
+                "tls_cipher": self.tls and self.tls["cipher"], "handshake": self.handshake, "client_ids": list(self.client_ids),
                 "requests": self.requests, "responses": self.responses, "packets": self.packets,
                 "bytes_to_server": to_server, "bytes_to_client": to_client, "gaps": self.gaps,
                 "gap_bytes": self.gap_bytes, "end_reason": self.end_reason,
@@ -125,12 +127,12 @@ class _TallyingReassembler(tcp.TcpReassembler):
                 self.tallies[ev.conn.stream].end_reason = ev.reason
 
 
-def decode_connection(keyed_segments: Iterable[tuple[tuple, TcpSegment]], port_hints: frozenset[int]
-                      ) -> Iterator[tuple[int, tuple]]:
+def decode_connection(keyed_segments: Iterable[tuple[tuple, TcpSegment]], port_hints: frozenset[int],
+                      keylog: KeyLog | None = None) -> Iterator[tuple[int, tuple]]:
     """(tag, raw row) for everything in one 4-tuple's packets, given as ((…, file, …), segment)
-    pairs in feed order; the file name is the third item of the key."""
+    pairs in feed order; the file name is the third item of the key. keylog: TLS secrets."""
     reassembler = _TallyingReassembler()
-    analyzer = Analyzer(port_hints, reassembler=reassembler)
+    analyzer = Analyzer(port_hints, reassembler=reassembler, keylog=keylog)
     tallies = reassembler.tallies
     # decode's own topic lookup; the ids it learns here are pooled over the run by the job
     topic_resolver = Output(OutputOptions(view="json"))
@@ -146,12 +148,10 @@ def decode_connection(keyed_segments: Iterable[tuple[tuple, TcpSegment]], port_h
 
 def _rows(events: list, tallies: dict[int, _Tally], topic_resolver: Output) -> Iterator[tuple[int, tuple]]:
     for ev in events:
-        if type(ev) is NoticeEvent:
-            if ev.kind == "tls" and ev.conn is not None:
-                tallies[ev.conn.stream].tls = True
-            continue
+        if ev.conn is not None and ev.conn.tls is not None:
+            tallies[ev.conn.stream].tls = ev.conn.tls
         if type(ev) is not MessageEvent:
-            continue  # SASL tokens are not Kafka messages
+            continue  # notices; SASL tokens are not Kafka messages
         tally = tallies[ev.conn.stream]
         tally.client = ev.conn.client
         m = ev.message
@@ -176,8 +176,11 @@ def _ordered(row: dict, names: tuple[str, ...]) -> tuple:
     return tuple(row[n] for n in names)
 
 
-def decode_sorted_partition(items: Iterator[tuple[tuple, TcpSegment]], port_hints: frozenset[int]
-                            ) -> Iterator[tuple[int, tuple]]:
-    """A Spark partition sorted by (4-tuple, file order, packet index): decode each 4-tuple's run."""
+def decode_sorted_partition(items: Iterator[tuple[tuple, TcpSegment]], port_hints: frozenset[int],
+                            keylog_text: bytes = b"") -> Iterator[tuple[int, tuple]]:
+    """A Spark partition sorted by (4-tuple, file order, packet index): decode each 4-tuple's run.
+    keylog_text: the TLS key log lines the driver read, parsed once per partition."""
+    keylog = KeyLog()
+    keylog.add_text(keylog_text)
     for _, run in groupby(items, key=lambda item: item[0][0]):
-        yield from decode_connection(run, port_hints)
+        yield from decode_connection(run, port_hints, keylog)

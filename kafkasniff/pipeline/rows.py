@@ -23,8 +23,9 @@ def message_row(ev: MessageEvent, connection_id: str, files: list[str], topics: 
     row = message_event_json(ev, topic_names=topics)
     m = ev.message
     malformed = row["malformed"] or {}
+    tls = row.pop("tls", None) or {}
     row.update(
-        ts=micros(ev.ts), connection_id=connection_id, capture_files=files,
+        tls_version=tls.get("version"), tls_cipher=tls.get("cipher"), ts=micros(ev.ts), connection_id=connection_id, capture_files=files,
         latency_ms=ev.latency_ms, throttle_time_ms=m.throttle_time_ms if m.kind == "response" else None,
         record_count=record_count, malformed=malformed.get("reason"), malformed_offset=malformed.get("offset"),
         inferred=row.get("inferred"), expects_response=row.get("expects_response"))
