@@ -24,7 +24,7 @@ from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.keylog import KeyLog
-from kafkasniff.stream.session import MessageEvent, NoticeEvent, endpoint_text
+from kafkasniff.stream.session import MessageEvent, endpoint_text
 
 # Tags of the rows mapPartitions emits, one stream of (tag, row) for all tables.
 MESSAGE_ROW, RECORD_ROW, CONNECTION_ROW, TOPIC_NAME_ROW = range(4)

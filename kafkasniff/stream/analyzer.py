@@ -18,7 +18,7 @@ from kafkasniff.stream import tcp
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
 from kafkasniff.stream.keylog import KeyLog
 from kafkasniff.stream.session import KafkaConnection, NoticeEvent, Session
-from kafkasniff.stream.tls import TlsConnection, record_boundary, starts_tls
+from kafkasniff.stream.tlsrecord import record_boundary, starts_tls
 
 # Ended connections whose sessions are kept, newest first, to name them when bytes of theirs come late.
 ENDED_KEPT = 1024
@@ -184,6 +184,8 @@ class TlsSession:
         self.endpoints = endpoints
         self.from_start = from_start
         self.max_frame = max_frame
+        from kafkasniff.stream.tls import TlsConnection  # with cryptography: imported by the first TLS connection
+
         self.tls = TlsConnection(keylog, from_start)
         self.session: Session | None = None
         self.reported = False

@@ -26,7 +26,7 @@ from kafkasniff.protocol.messages import decode_request, decode_response_for_req
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
 from kafkasniff.stream.tcp import Endpoint
-from kafkasniff.stream.tls import starts_tls
+from kafkasniff.stream.tlsrecord import starts_tls
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # How much of an unidentified connection we look at before deciding it is not Kafka.

@@ -22,13 +22,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from kafkasniff.stream.keylog import KeyLog
+from kafkasniff.stream.tlsrecord import (ALERT, APPLICATION_DATA, CHANGE_CIPHER_SPEC, HANDSHAKE, HEADER,
+                                         MAX_RECORD, record_boundary)
 
 TLS12, TLS13 = 0x0303, 0x0304
-CHANGE_CIPHER_SPEC, ALERT, HANDSHAKE, APPLICATION_DATA = 20, 21, 22, 23
 CLIENT_HELLO, SERVER_HELLO, FINISHED, KEY_UPDATE = 1, 2, 20, 24
 EXT_SERVER_NAME, EXT_ENCRYPT_THEN_MAC, EXT_SUPPORTED_VERSIONS = 0, 22, 43
-MAX_RECORD = (1 << 14) + 2048  # the largest record TLS allows (ciphertext, TLS 1.2)
-HEADER = 5
 TAG = 16
 # A server's random that says "HelloRetryRequest" (RFC 8446 4.1.3): a second ClientHello follows.
 RETRY_RANDOM = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
@@ -123,6 +122,7 @@ class RecordKeys:
     def __init__(self, suite: Suite, key: bytes, iv: bytes, mac_key: bytes = b"", encrypt_then_mac: bool = False):
         self.suite = suite
         self.iv = iv
+        self._iv = int.from_bytes(iv, "big")  # the per-record nonce is it XOR the sequence number
         self.mac_key = mac_key
         self.encrypt_then_mac = encrypt_then_mac
         if suite.cipher == "gcm":
@@ -146,7 +146,7 @@ class RecordKeys:
         body = record[HEADER:]
         try:
             if suite.tls13:
-                return self.aead.decrypt(self._nonce(seq), body, record[:HEADER])
+                return self.aead.decrypt((self._iv ^ seq).to_bytes(12, "big"), body, record[:HEADER])
             if suite.cipher == "gcm":
                 if len(body) < 8 + TAG:
                     return None
@@ -162,7 +162,7 @@ class RecordKeys:
         return self._open_cbc(seq, record[:3], bytes(body))
 
     def _nonce(self, seq: int) -> bytes:
-        return (int.from_bytes(self.iv, "big") ^ seq).to_bytes(12, "big")
+        return (self._iv ^ seq).to_bytes(12, "big")
 
     def _open_cbc(self, seq: int, head: bytes, body: bytes) -> bytes | None:
         mac_len = _MAC_LEN[self.suite.mac]
@@ -261,46 +261,6 @@ def parse_hello(body: bytes, server: bool) -> Hello:
 
 # ---------------------------------------------------------------------------------------------- records
 
-def record_length(buf, pos: int) -> int | None:
-    """The length of the TLS record whose header is at buf[pos], or None if no header is there."""
-    if len(buf) - pos < HEADER or not CHANGE_CIPHER_SPEC <= buf[pos] <= APPLICATION_DATA or buf[pos + 1] != 3 \
-            or buf[pos + 2] > 4:
-        return None
-    length = (buf[pos + 3] << 8) | buf[pos + 4]
-    return length if 0 < length <= MAX_RECORD else None
-
-
-def is_handshake_start(buf) -> bool:
-    """A TLS handshake record header: how a TLS connection captured from its start begins."""
-    return len(buf) >= 3 and buf[0] == HANDSHAKE and buf[1] == 3 and buf[2] <= 4
-
-
-def record_boundary(buf, limit: int = MAX_RECORD + HEADER) -> int | None:
-    """Where the first record header of buf is: a header whose record ends where the bytes or the next
-    record's header do (a header alone fits too many places of other bytes). Looks at the first `limit`
-    positions."""
-    for pos in range(min(len(buf) - HEADER + 1, limit)):
-        length = record_length(buf, pos)
-        if length is None:
-            continue
-        after = pos + HEADER + length
-        if after == len(buf) or record_length(buf, after) is not None:
-            return pos
-    return None
-
-
-def starts_tls(buf, from_start: bool) -> bool:
-    """Whether a direction's first captured bytes are TLS: a handshake record when the connection is captured
-    from its start; else any record whose successor's header is where it ends, as far as the bytes show."""
-    if from_start:
-        return is_handshake_start(buf)
-    length = record_length(buf, 0)
-    if length is None:
-        return False
-    after = HEADER + length
-    return len(buf) - after < HEADER or record_length(buf, after) is not None
-
-
 class _Direction:
     """One direction's record stream."""
 
@@ -365,8 +325,11 @@ class TlsConnection:
         direction.captured += len(data)
         if self.failure is not None:
             return []
-        direction.buf += data
-        self._pump(side)
+        if direction.buf or not direction.synced:
+            direction.buf += data
+            self._pump(side)
+        else:
+            self._pump(side, data)  # whole records are read from the bytes as they came, uncopied
         other = self.sides[1 - side]
         if other.buf and self.failure is None:
             self._pump(1 - side)  # it may have waited for what this side told (a hello, keys)
@@ -395,7 +358,7 @@ class TlsConnection:
         if not direction.encrypted or direction.keys is None:
             self._fail(f"{size:,} bytes of the handshake or of records waiting for keys were not captured")
             return
-        direction.buf.clear()
+        direction.buf = bytearray()
         direction.synced = False
         direction.seq_unknown += size // (HEADER + TAG) + 1
 
@@ -425,13 +388,16 @@ class TlsConnection:
     def _fail(self, why: str) -> None:
         self.failure = why
         for direction in self.sides:
-            direction.buf.clear()
+            direction.buf = bytearray()  # new buffers: the records being read may still be viewed
 
     # -- records --------------------------------------------------------------------------------------------
 
-    def _pump(self, side: int) -> None:
+    def _pump(self, side: int, arrived: bytes | None = None) -> None:
+        """Open this side's whole records: those buffered, or those of `arrived` when nothing was (the rest
+        of it is buffered). Records are read through a view (no copies); what comes out of one call is joined
+        into one piece of plaintext."""
         direction = self.sides[side]
-        buf = direction.buf
+        buf = direction.buf if arrived is None else arrived
         if not direction.synced:
             boundary = record_boundary(buf)
             if boundary is None:
@@ -443,47 +409,53 @@ class TlsConnection:
         pos = 0
         plain = []
         end = len(buf)
-        while end - pos >= HEADER:
-            length = record_length(buf, pos)
-            if length is None:
-                self._fail(f"not a TLS record header at stream offset {direction.captured - end + pos:,}")
-                return
-            if end - pos < HEADER + length:
-                break
-            content_type = buf[pos]
-            if content_type == APPLICATION_DATA or (direction.encrypted and content_type != CHANGE_CIPHER_SPEC):
-                if direction.keys is None and not self._find_keys(side, memoryview(buf)[pos:pos + HEADER + length]):
-                    break  # waiting for keys (or failed)
-                opened = self._open(side, memoryview(bytes(buf[pos:pos + HEADER + length])))
-                if opened is None:
+        with memoryview(buf) as view:
+            while end - pos >= HEADER:
+                content_type = buf[pos]
+                length = (buf[pos + 3] << 8) | buf[pos + 4]
+                if not (CHANGE_CIPHER_SPEC <= content_type <= APPLICATION_DATA and buf[pos + 1] == 3
+                        and buf[pos + 2] <= 4 and 0 < length <= MAX_RECORD):
+                    self._fail(f"not a TLS record header at stream offset {direction.captured - end + pos:,}")
                     return
-                content_type, content = opened
-                if content_type == APPLICATION_DATA:
-                    plain.append(content)
+                stop = pos + HEADER + length
+                if stop > end:
+                    break
+                if content_type == APPLICATION_DATA or (direction.encrypted and content_type != CHANGE_CIPHER_SPEC):
+                    if direction.keys is None and not self._find_keys(side, view[pos:stop]):
+                        break  # waiting for keys (or failed)
+                    opened = self._open(side, view[pos:stop])
+                    if opened is None:
+                        return
+                    content_type, content = opened
+                    if content_type == APPLICATION_DATA:
+                        plain.append(content)
+                    elif content_type == HANDSHAKE:
+                        self._handshake(side, bytes(content))
                 elif content_type == HANDSHAKE:
-                    self._handshake(side, content)
-            elif content_type == HANDSHAKE:
-                self._handshake(side, bytes(buf[pos + HEADER:pos + HEADER + length]))
-            elif content_type == ALERT and not self.decrypting:
-                description = buf[pos + HEADER + 1] if length >= 2 else None
-                sender = "" if self.client_side is None else \
-                    " from the client" if side == self.client_side else " from the server"
-                self._fail(f"the handshake ended with alert {description} ({ALERTS.get(description, 'unknown')})"
-                           f"{sender}")
-            elif content_type == CHANGE_CIPHER_SPEC and self.version == TLS12:
-                direction.encrypted = True  # TLS 1.2: this direction's next records are encrypted
-                if not self.decrypting:
-                    self._keys_from_log()
-            if self.failure is not None:
-                return
-            pos += HEADER + length
-        del buf[:pos]
+                    self._handshake(side, bytes(view[pos + HEADER:stop]))
+                elif content_type == ALERT and not self.decrypting:
+                    description = buf[pos + HEADER + 1] if length >= 2 else None
+                    sender = "" if self.client_side is None else \
+                        " from the client" if side == self.client_side else " from the server"
+                    self._fail(f"the handshake ended with alert {description} "
+                               f"({ALERTS.get(description, 'unknown')}){sender}")
+                elif content_type == CHANGE_CIPHER_SPEC and self.version == TLS12:
+                    direction.encrypted = True  # TLS 1.2: this direction's next records are encrypted
+                    if not self.decrypting:
+                        self._keys_from_log()
+                if self.failure is not None:
+                    return
+                pos = stop
+        if arrived is None:
+            del buf[:pos]
+        elif pos < end:
+            direction.buf = bytearray(arrived[pos:])
         if plain:
             text = b"".join(plain)
             direction.delivered += len(text)
             self.out.append((side, text))
 
-    def _open(self, side: int, record: bytes) -> tuple[int, bytes] | None:
+    def _open(self, side: int, record: memoryview) -> tuple[int, bytes | memoryview] | None:
         """Decrypt one record: (content type, content), or None after failing the connection."""
         direction = self.sides[side]
         keys = direction.keys
@@ -500,11 +472,14 @@ class TlsConnection:
         direction.seq += 1
         if not keys.suite.tls13:
             return record[0], plaintext
-        inner = plaintext.rstrip(b"\x00")
-        if not inner:
+        # The inner plaintext: content, its type, then zero padding (rarely any).
+        at = len(plaintext) - 1
+        while at >= 0 and not plaintext[at]:
+            at -= 1
+        if at < 0:
             self._fail("a TLS 1.3 record without a content type")
             return None
-        return inner[-1], inner[:-1]
+        return plaintext[at], memoryview(plaintext)[:at]
 
     def _guess_sequence(self, keys: RecordKeys, record, first: int, last: int) -> int | None:
         for seq in range(first, min(last, first + MAX_SEQUENCE_GUESS) + 1):
