@@ -11,9 +11,11 @@ TLS, output to /dev/null (decode_bench.py's Timings: wall, CPU with the workers'
 
 Reported: every run, the medians and TLS over plaintext (wall and CPU); target: at most 1.30 (issue 15).
 Before timing, both are decoded once with --stats --json to check that they hold the same messages.
+Seconds swing on a shared machine: --instructions instead counts the instructions of each one-process
+view under valgrind's callgrind (bench/instructions.py), the same count on every run.
 
     python bench/record_records_heavy.py /tmp/rh_tls.pcap --tls --rounds 4
-    python bench/tls_bench.py /tmp/rh_tls.pcap [--runs 5]
+    python bench/tls_bench.py /tmp/rh_tls.pcap [--runs 5] [--instructions]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_bench import Timings, alternate, kafkasniff_command, show  # noqa: E402
+from instructions import instructions  # noqa: E402
 
 TARGET = 1.30
 VIEWS = (("line -j 1", ["-j", "1"]), ("line", []), ("json -j 1", ["--json", "-j", "1"]), ("json", ["--json"]),
@@ -44,6 +47,8 @@ def main() -> None:
     parser.add_argument("capture", type=Path, help="the TLS capture (OUT of record_records_heavy.py --tls)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--kafkasniff", help="command to run instead of this environment's kafkasniff")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions (callgrind, one process) instead of timing")
     args = parser.parse_args()
     ours = kafkasniff_command(args.kafkasniff)
     tls, plain = args.capture, Path(f"{args.capture}.plain.pcap")
@@ -57,6 +62,16 @@ def main() -> None:
     if not all(same.values()):
         raise SystemExit(f"the two captures do not decode to the same messages: {same}")
 
+    if args.instructions:
+        for label, options in VIEWS:
+            if "-j" not in options and "-V" not in options:
+                continue  # workers: instructions say how much work there is, not how it shares out
+            counted = [instructions([*ours, "decode", *options, *extra, str(path)])
+                       for path, extra in ((plain, []), (tls, keys))]
+            print(f"{label:<10} instructions: plaintext {counted[0]:,}, TLS {counted[1]:,}; TLS / plaintext "
+                  f"{counted[1] / counted[0]:.2f} ({'meets' if counted[1] / counted[0] <= TARGET else 'misses'} "
+                  f"the {TARGET:.2f} target)", flush=True)
+        return
     rows, verdicts = [], []
     for label, options in VIEWS:
         pair = (Timings(f"plaintext {label}", [*ours, "decode", *options, str(plain)]),

@@ -12,8 +12,11 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
+from broker import Tcpdump, free_port
 from capture_manifest import load_capture, tls_capture_names
 from kafkasniff.cli import main
+from kafkasniff.protocol.encoder import encode_request, encode_response
+from loopback import tls_converse
 from pcapkit import endpoints, payload_len, read_packets, write_pcap
 
 TLS_CAPTURES = tls_capture_names()
@@ -187,3 +190,31 @@ def test_a_capture_starting_mid_connection_decrypts_once_a_record_is_found(tmp_p
     assert mid and all(identity(e) in shown for e in mid)
     assert set(shown) <= {identity(e) for e in later}
     assert [e for e in got if e["kind"] == "notice" and e.get("direction") is None] == []
+
+
+def test_sasl_over_tls_decodes_as_on_a_plaintext_listener_secrets_masked(tmp_path, certificate):
+    """SASL_SSL: SaslHandshake, SaslAuthenticate (PLAIN) and a Metadata exchange over a real TLS connection on
+    loopback (Python's ssl at both ends, the client logging its keys)."""
+    password = "Wonderland-42"
+    token = b"\0alice\0" + password.encode()
+    steps = [
+        (True, encode_request(17, 1, 1, "app", {"Mechanism": "PLAIN"})),
+        (False, encode_response(17, 1, 1, {"ErrorCode": 0, "Mechanisms": ["PLAIN"]})),
+        (True, encode_request(36, 2, 2, "app", {"AuthBytes": token})),
+        (False, encode_response(36, 2, 2, {"ErrorCode": 0, "ErrorMessage": None, "AuthBytes": b"",
+                                           "SessionLifetimeMs": 3600000})),
+        (True, encode_request(3, 9, 3, "app", {"Topics": [{"Name": "orders"}]})),
+        (False, encode_response(3, 9, 3, {"Brokers": [], "ClusterId": "c1", "ControllerId": 1,
+                                          "Topics": [{"ErrorCode": 3, "Name": "orders"}]})),
+    ]
+    port, keys, path = free_port(), tmp_path / "sasl.keys", tmp_path / "sasl_ssl.pcap"
+    with Tcpdump(path, port):
+        tls_converse(port, certificate, steps, keys)
+    events = messages(decode_json(path, "--tls-keylog", keys))
+    assert [(e["api_name"], e["kind"], e["correlation_id"], e["tls"]["version"]) for e in events] == [
+        (api, kind, n, "1.3") for n, api in enumerate(("SaslHandshake", "SaslAuthenticate", "Metadata"), 1)
+        for kind in ("request", "response")]
+    assert events[2]["body"] == {"auth_bytes": {"authorization_id": "", "username": "alice", "password": "********"}}
+    assert password not in decode("-V", "--tls-keylog", keys, path)
+    revealed = messages(decode_json(path, "--tls-keylog", keys, "--show-secrets"))
+    assert revealed[2]["body"]["auth_bytes"]["password"] == password

@@ -115,6 +115,8 @@ def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1, key
         return Analyzer(ports, keylog=keylog)
 
     collect_rarely()
+    if keylog:  # workers fork from here: they inherit the TLS layer (and cryptography) instead of each importing it
+        import kafkasniff.stream.tls  # noqa: F401
     if reader.streaming:
         decode_stream(reader, output, make_analyzer())
         return
