@@ -21,6 +21,12 @@ confluent-kafka produces, ...), so its first few MB hold every codec, Produce an
 
     python bench/record_records_heavy.py /tmp/records_heavy.pcap [--rounds 3] [--records 6000] [--fetchers 2]
 
+--tls OUT records the same workload (kafka-python and aiokafka only: librdkafka writes no key log)
+through `socat openssl-listen` (TLS 1.3, AES-256-GCM, OpenSSL's default) in front of the broker, the
+clients logging their keys to OUT.keys, and captures both legs at once: OUT holds the TLS side and
+OUT.plain.pcap socat's plaintext side to the broker, the same Kafka bytes. `decode OUT --tls-keylog OUT.keys`
+against `decode OUT.plain.pcap` is the cost of decrypting (bench/tls_bench.py).
+
 Needs root (tcpdump). Writes OUT and OUT.json: broker port, packets, bytes, tcpdump's drop count,
 records produced per client and codec, records fetched per consumer and topic. Fails if the
 kernel dropped any packet.
@@ -30,11 +36,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.metadata
 import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,8 +50,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tools"))
 
-from broker import TansuBroker, Tcpdump
-from clients import CODECS
+from broker import TansuBroker, Tcpdump, TlsTerminator, free_port, make_certificate
+from clients import CODECS, tls_context
 from record_captures import CLOSE_SETTLE_S
 
 CLIENTS = ("kafka-python", "confluent-kafka", "aiokafka")
@@ -62,6 +70,8 @@ WORDS = ("kafka", "record", "batch", "offset", "partition", "broker", "topic", "
          "consumer", "producer", "fetch", "commit", "segment", "index", "stream", "latency", "bytes")
 
 Record = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
+# Python clients' options for a TLS recording (--tls): {"security_protocol": "SSL", "ssl_context": ...}
+tls_options: dict = {}
 
 
 def topic_name(client: str, codec: str) -> str:
@@ -107,7 +117,7 @@ class KafkaPythonProducer:
         self.producer = KafkaProducer(
             bootstrap_servers=bootstrap, compression_type=None if codec == "none" else codec,
             linger_ms=LINGER_MS, batch_size=BATCH_BYTES, max_request_size=REQUEST_BYTES,
-            acks=1)
+            acks=1, **tls_options)
 
     def produce(self, topic: str, records: list[Record]) -> dict[int, int]:
         futures = [self.producer.send(topic, value=value, key=key, headers=headers)
@@ -157,7 +167,8 @@ class AiokafkaProducer:
         async def start() -> AIOKafkaProducer:  # aiokafka objects are made inside their event loop
             producer = AIOKafkaProducer(
                 bootstrap_servers=bootstrap, compression_type=None if codec == "none" else codec,
-                linger_ms=LINGER_MS, max_batch_size=BATCH_BYTES, max_request_size=REQUEST_BYTES, acks=1)
+                linger_ms=LINGER_MS, max_batch_size=BATCH_BYTES, max_request_size=REQUEST_BYTES, acks=1,
+                **tls_options)
             await producer.start()
             return producer
 
@@ -195,7 +206,7 @@ def consume_kafka_python(bootstrap: str, assignment: Assignment, _loop) -> dict[
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              fetch_max_bytes=FETCH_BYTES, max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
                              fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=1_000_000,
-                             receive_buffer_bytes=4 * 1024 * 1024)
+                             receive_buffer_bytes=4 * 1024 * 1024, **tls_options)
     try:
         partitions = [TopicPartition(topic, p) for topic, p in assignment]
         consumer.assign(partitions)
@@ -244,7 +255,7 @@ def consume_aiokafka(bootstrap: str, assignment: Assignment, loop: asyncio.Abstr
     async def run() -> dict[str, int]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                     fetch_max_bytes=FETCH_BYTES, max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
-                                    fetch_max_wait_ms=FETCH_WAIT_MS)
+                                    fetch_max_wait_ms=FETCH_WAIT_MS, **tls_options)
         await consumer.start()
         try:
             partitions = [TopicPartition(topic, p) for topic, p in assignment]
@@ -276,24 +287,24 @@ def _expected_zero(assignment: Assignment) -> dict[str, int]:
 
 # --- the recording ------------------------------------------------------------------------
 
-def open_producers(bootstrap: str, loop: asyncio.AbstractEventLoop) -> dict[tuple[str, str], object]:
-    producers = {}
-    for codec in CODECS:
-        producers["kafka-python", codec] = KafkaPythonProducer(bootstrap, codec)
-        producers["confluent-kafka", codec] = ConfluentProducer(bootstrap, codec)
-        producers["aiokafka", codec] = AiokafkaProducer(bootstrap, codec, loop)
-    return producers
+PRODUCERS = {"kafka-python": lambda bootstrap, codec, _loop: KafkaPythonProducer(bootstrap, codec),
+             "confluent-kafka": lambda bootstrap, codec, _loop: ConfluentProducer(bootstrap, codec),
+             "aiokafka": AiokafkaProducer}
 
 
-def record(bootstrap: str, rounds: int, per_topic: int, fetchers: int, seed: int, log) -> dict:
+def open_producers(bootstrap: str, loop: asyncio.AbstractEventLoop, clients) -> dict[tuple[str, str], object]:
+    return {(client, codec): PRODUCERS[client](bootstrap, codec, loop) for codec in CODECS for client in clients}
+
+
+def record(bootstrap: str, rounds: int, per_topic: int, fetchers: int, seed: int, log, clients=CLIENTS) -> dict:
     loop = asyncio.new_event_loop()
-    produced = {client: {codec: 0 for codec in CODECS} for client in CLIENTS}
-    fetched = {client: {} for client in CLIENTS}
-    next_offset = {(topic_name(c, k), p): 0 for c in CLIENTS for k in CODECS for p in range(PARTITIONS)}
-    producers = open_producers(bootstrap, loop)
+    produced = {client: {codec: 0 for codec in CODECS} for client in clients}
+    fetched = {client: {} for client in clients}
+    next_offset = {(topic_name(c, k), p): 0 for c in clients for k in CODECS for p in range(PARTITIONS)}
+    producers = open_producers(bootstrap, loop, clients)
     try:
         for round_no in range(rounds):
-            for i, client in enumerate(CLIENTS):
+            for i, client in enumerate(clients):
                 began = time.monotonic()
                 step_first = dict(next_offset)
                 for codec in CODECS:
@@ -309,7 +320,7 @@ def record(bootstrap: str, rounds: int, per_topic: int, fetchers: int, seed: int
                               for codec in CODECS for p in range(PARTITIONS)}
                 assignment = {key: span for key, span in assignment.items() if span[1]}
                 wanted = sum(n for _first, n in assignment.values())
-                readers = [CLIENTS[(i + step) % len(CLIENTS)] for step in range(1, fetchers + 1)]
+                readers = [clients[(i + step) % len(clients)] for step in range(1, fetchers + 1)]
                 for consumer in readers:
                     counts = CONSUMERS[consumer](bootstrap, assignment, loop)
                     if sum(counts.values()) < wanted:
@@ -327,11 +338,12 @@ def record(bootstrap: str, rounds: int, per_topic: int, fetchers: int, seed: int
     return {"produced": produced, "fetched": fetched}
 
 
-def client_versions() -> dict[str, str]:
+def client_versions(clients) -> dict[str, str]:
     import confluent_kafka
 
-    versions = {name: importlib.metadata.version(name) for name in CLIENTS}
-    versions["confluent-kafka"] += f" (librdkafka {confluent_kafka.libversion()[0]})"
+    versions = {name: importlib.metadata.version(name) for name in clients}
+    if "confluent-kafka" in versions:
+        versions["confluent-kafka"] += f" (librdkafka {confluent_kafka.libversion()[0]})"
     return versions
 
 
@@ -343,24 +355,39 @@ def main() -> None:
     parser.add_argument("--fetchers", type=int, choices=(1, 2), default=2,
                         help="consumers reading each round's records (of the other clients)")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--tls", action="store_true",
+                        help="through TLS, Python clients only; also writes OUT.keys and OUT.plain.pcap")
     args = parser.parse_args()
+    clients = ("kafka-python", "aiokafka") if args.tls else CLIENTS
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     began = time.monotonic()
-    with TansuBroker() as broker:
+    tls_port = free_port() if args.tls else None
+    with TansuBroker(advertised_port=tls_port) as broker, contextlib.ExitStack() as stack:
         software = subprocess.run([str(broker.binary), "--version"], capture_output=True, text=True,
                                   check=False).stdout.strip()
-        for client in CLIENTS:
+        for client in clients:
             for codec in CODECS:
                 broker.create_topic(topic_name(client, codec), partitions=PARTITIONS)
+        port = broker.port
+        dumps = []
+        if args.tls:
+            keylog = Path(f"{args.output}.keys")
+            keylog.unlink(missing_ok=True)
+            certificate = make_certificate(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            stack.enter_context(TlsTerminator(tls_port, broker.port, certificate))
+            tls_options.update(security_protocol="SSL", ssl_context=tls_context(str(keylog), "1.3"))
+            dumps.append(stack.enter_context(Tcpdump(Path(f"{args.output}.plain.pcap"), broker.port)))
+            port = tls_port
         log(f"{software} on port {broker.port}; tcpdump to {args.output}")
-        with Tcpdump(args.output, broker.port) as dump:
-            counts = record(broker.bootstrap, args.rounds, args.records, args.fetchers, args.seed, log)
+        with Tcpdump(args.output, port) as dump:
+            counts = record(broker.bootstrap, args.rounds, args.records, args.fetchers, args.seed, log, clients)
             time.sleep(CLOSE_SETTLE_S)
-    if dump.dropped:
-        raise SystemExit(f"tcpdump: kernel dropped {dump.dropped} packets; record again")
+    for recorded in [dump, *dumps]:
+        if recorded.dropped:
+            raise SystemExit(f"tcpdump: kernel dropped {recorded.dropped} packets; record again")
 
     produced_total = sum(n for per_codec in counts["produced"].values() for n in per_codec.values())
     fetched_total = sum(n for per_topic in counts["fetched"].values() for n in per_topic.values())
@@ -369,16 +396,18 @@ def main() -> None:
         "bytes": args.output.stat().st_size,
         "packets": dump.captured,
         "dropped_by_kernel": dump.dropped,
-        "broker_ports": [broker.port],
+        "broker_ports": [port],
         "broker": software,
-        "clients": client_versions(),
+        "clients": client_versions(clients),
+        "tls": {"keylog": f"{args.output}.keys", "plaintext_twin": f"{args.output}.plain.pcap",
+                "version": "1.3"} if args.tls else None,
         "tcpdump": " ".join(dump.command),
         "rounds": args.rounds,
         "records_per_topic_per_round": args.records,
         "fetchers_per_topic": args.fetchers,
         "seed": args.seed,
         "topics": {topic_name(c, k): {"client": c, "codec": k, "partitions": PARTITIONS}
-                   for c in CLIENTS for k in CODECS},
+                   for c in clients for k in CODECS},
         "settings": {"batch_bytes": BATCH_BYTES, "linger_ms": LINGER_MS, "max_request_bytes": REQUEST_BYTES,
                      "fetch_max_bytes": FETCH_BYTES, "max_partition_fetch_bytes": PARTITION_FETCH_BYTES,
                      "fetch_max_wait_ms": FETCH_WAIT_MS, "acks": 1},

@@ -440,3 +440,86 @@ def _count(summary: str, label: str) -> int:
     if found is None:
         raise RuntimeError(f"tcpdump printed no '{label}': {summary}")
     return int(found.group(1))
+
+
+def is_listening(port: int) -> bool:
+    """Whether a TCP socket listens on the port (read from /proc: a probe connection would be captured, and
+    binding fails while closed connections linger in TIME_WAIT)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    """(certificate, key) files of a self-signed RSA certificate for localhost, made by `openssl req`."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+class TlsTerminator:
+    """A TLS listener on loopback in front of a plaintext port: Debian's `socat openssl-listen`, one process
+    per connection (Tansu 0.6's own TLS flags cannot be used together). `tls13_suite` restricts the TLS 1.3
+    cipher suites the server accepts (through an OpenSSL configuration file: socat has no option for them),
+    which is how a TLS 1.3 suite is chosen; TLS 1.2 suites are chosen by the client."""
+
+    def __init__(self, listen_port: int, upstream_port: int, certificate: tuple[Path, Path],
+                 tls13_suite: str | None = None):
+        self.listen_port = listen_port
+        self.upstream_port = upstream_port
+        self.certificate = certificate
+        self.tls13_suite = tls13_suite
+        self._process: subprocess.Popen | None = None
+        self._config: tempfile._TemporaryFileWrapper | None = None
+
+    def start(self) -> TlsTerminator:
+        if shutil.which("socat") is None:
+            raise BrokerError("no socat command: apt-get install socat")
+        env = dict(os.environ)
+        if self.tls13_suite:
+            self._config = tempfile.NamedTemporaryFile("w", suffix=".cnf")
+            self._config.write("openssl_conf = init\n[init]\nssl_conf = ssl\n[ssl]\nsystem_default = tls\n"
+                               f"[tls]\nCiphersuites = {self.tls13_suite}\n")
+            self._config.flush()
+            env["OPENSSL_CONF"] = self._config.name
+        cert, key = self.certificate
+        self._process = subprocess.Popen(
+            ["socat", f"openssl-listen:{self.listen_port},bind={LOOPBACK},cert={cert},key={key},verify=0,"
+                      "fork,reuseaddr", f"tcp:{LOOPBACK}:{self.upstream_port}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not is_listening(self.listen_port):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise BrokerError(f"socat did not listen on {self.listen_port}: "
+                                  f"{self._process.stderr.read().decode(errors='replace') if self._process.poll() is not None else ''}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process is not None:
+            process.stderr.close()
+        if self._config is not None:
+            self._config.close()
+            self._config = None
+
+    def __enter__(self) -> TlsTerminator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

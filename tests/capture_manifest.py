@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CAPTURES_DIR = Path(__file__).resolve().parents[1] / "captures"
+TLS_FOLDER = "tls"
 DIGEST_ONLY_ABOVE = 64 * 1024
 
 Headers = tuple[tuple[str, "bytes | None"], ...]
@@ -88,6 +89,12 @@ class Capture:
     def port(self) -> int:
         return self.manifest["broker"]["port"]
 
+    @property
+    def keylog(self) -> Path | None:
+        """The key log that decrypts a TLS capture (None for plaintext captures)."""
+        tls = self.manifest.get("tls")
+        return self.pcap.parent / tls["keylog"] if tls else None
+
     def produced(self) -> list[ProducedRecord]:
         return [ProducedRecord(entry["client"], entry["topic"], entry["partition"], entry["offset"],
                                decode_bytes(entry["key"]), decode_bytes(entry["value"]),
@@ -96,9 +103,17 @@ class Capture:
 
 
 def load_capture(name: str, directory: Path = CAPTURES_DIR) -> Capture:
-    manifest = json.loads((directory / f"{name}.json").read_text())
-    return Capture(name, directory / manifest["pcap"], manifest)
+    """name: a capture of `directory`, or of its tls/ folder as "tls/NAME"."""
+    path = directory / f"{name}.json"
+    manifest = json.loads(path.read_text())
+    return Capture(name, path.parent / manifest["pcap"], manifest)
 
 
 def capture_names(directory: Path = CAPTURES_DIR) -> list[str]:
+    """The plaintext captures."""
     return sorted(path.stem for path in directory.glob("*.json"))
+
+
+def tls_capture_names(directory: Path = CAPTURES_DIR) -> list[str]:
+    """The TLS captures, as "tls/NAME" (each decrypts with its manifest's key log)."""
+    return sorted(f"{TLS_FOLDER}/{path.stem}" for path in (directory / TLS_FOLDER).glob("*.json"))

@@ -11,6 +11,7 @@ Clients covered: kafka-python, confluent-kafka (librdkafka) and aiokafka.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Iterable
@@ -77,11 +78,12 @@ def _kafka_python_idempotence(api_version: tuple[int, ...] | None) -> bool:
 
 def produce_kafka_python(bootstrap: str, topic: str, messages: Iterable[Message], codec: str = "none",
                          api_version: tuple[int, ...] | None = None, transactional_id: str | None = None,
-                         commit: bool = True, linger_ms: int = 20) -> list[Delivered]:
+                         commit: bool = True, linger_ms: int = 20, tls: ssl.SSLContext | None = None
+                         ) -> list[Delivered]:
     """Produce with kafka-python; with `transactional_id`, inside one transaction that commits or aborts."""
     from kafka import KafkaProducer
 
-    options = _kafka_python_options(api_version)
+    options = {**_kafka_python_options(api_version), **_tls_options(tls)}
     if transactional_id:
         options["transactional_id"] = transactional_id
     else:
@@ -111,7 +113,7 @@ def produce_kafka_python(bootstrap: str, topic: str, messages: Iterable[Message]
 
 
 def consume_kafka_python(bootstrap: str, topic: str, count: int, api_version: tuple[int, ...] | None = None,
-                         read_committed: bool = False) -> list[Consumed]:
+                         read_committed: bool = False, tls: ssl.SSLContext | None = None) -> list[Consumed]:
     """Read `count` messages from the start of every partition of `topic`, without a group."""
     from kafka import KafkaConsumer, TopicPartition
 
@@ -119,7 +121,7 @@ def consume_kafka_python(bootstrap: str, topic: str, count: int, api_version: tu
                              auto_offset_reset="earliest", fetch_max_bytes=LARGE_MESSAGE_LIMIT,
                              max_partition_fetch_bytes=LARGE_MESSAGE_LIMIT,
                              isolation_level="read_committed" if read_committed else "read_uncommitted",
-                             **_kafka_python_options(api_version))
+                             **_kafka_python_options(api_version), **_tls_options(tls))
     try:
         deadline = time.monotonic() + CONSUME_TIMEOUT_S
         partitions = None
@@ -327,15 +329,42 @@ def consume_confluent(bootstrap: str, topic: str, count: int, partitions: int = 
         consumer.close()
 
 
+# --- TLS ------------------------------------------------------------------
+
+# OpenSSL's SSL_OP_NO_ENCRYPT_THEN_MAC (Python's ssl module has no name for it): CBC suites then MAC before
+# encrypting, the older order.
+OP_NO_ENCRYPT_THEN_MAC = 1 << 19
+
+
+def tls_context(keylog: str, version: str, ciphers: str | None = None, encrypt_then_mac: bool = True) -> ssl.SSLContext:
+    """A client context that trusts any certificate, speaks only TLS `version` ("1.2" or "1.3") and writes
+    its secrets to the key log `keylog`; `ciphers` (OpenSSL names) picks TLS 1.2 suites."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    pinned = ssl.TLSVersion.TLSv1_2 if version == "1.2" else ssl.TLSVersion.TLSv1_3
+    context.minimum_version = context.maximum_version = pinned
+    if ciphers:
+        context.set_ciphers(ciphers)
+    if not encrypt_then_mac:
+        context.options |= OP_NO_ENCRYPT_THEN_MAC
+    context.keylog_filename = keylog
+    return context
+
+
+def _tls_options(tls: ssl.SSLContext | None) -> dict:
+    return {"security_protocol": "SSL", "ssl_context": tls} if tls is not None else {}
+
+
 # --- aiokafka -------------------------------------------------------------
 
 def produce_aiokafka(bootstrap: str, topic: str, messages: Iterable[Message], codec: str = "none",
-                     linger_ms: int = 20) -> list[Delivered]:
+                     linger_ms: int = 20, tls: ssl.SSLContext | None = None) -> list[Delivered]:
     from aiokafka import AIOKafkaProducer
 
     async def run() -> list[Delivered]:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, compression_type=_client_codec(codec),
-                                    linger_ms=linger_ms, max_request_size=LARGE_MESSAGE_LIMIT)
+                                    linger_ms=linger_ms, max_request_size=LARGE_MESSAGE_LIMIT, **_tls_options(tls))
         await producer.start()
         try:
             pending = [(message, await producer.send(topic, value=message.value, key=message.key,
@@ -354,13 +383,13 @@ def produce_aiokafka(bootstrap: str, topic: str, messages: Iterable[Message], co
     return asyncio.run(run())
 
 
-def consume_aiokafka(bootstrap: str, topic: str, count: int) -> list[Consumed]:
+def consume_aiokafka(bootstrap: str, topic: str, count: int, tls: ssl.SSLContext | None = None) -> list[Consumed]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> list[Consumed]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                     auto_offset_reset="earliest", fetch_max_bytes=LARGE_MESSAGE_LIMIT,
-                                    max_partition_fetch_bytes=LARGE_MESSAGE_LIMIT)
+                                    max_partition_fetch_bytes=LARGE_MESSAGE_LIMIT, **_tls_options(tls))
         await consumer.start()
         try:
             await consumer.topics()  # partitions_for_topic only reads the metadata cache

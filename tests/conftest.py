@@ -5,12 +5,11 @@ from __future__ import annotations
 import itertools
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from broker import RecordedBroker, TansuBroker, find_tansu
+from broker import RecordedBroker, TansuBroker, find_tansu, make_certificate
 
 
 def _tansu_or_skip() -> Path:
@@ -51,8 +50,4 @@ def certificate(tmp_path_factory) -> tuple[Path, Path]:
     """(certificate, key) files of a self-signed certificate for a TLS server on loopback."""
     if shutil.which("openssl") is None:
         pytest.skip("no openssl command to make a certificate")
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=localhost", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    return cert, key
+    return make_certificate(tmp_path_factory.mktemp("tls"))

@@ -114,3 +114,36 @@ def receive(sock: socket.socket, size: int) -> bytes:
     while len(data) < size:
         data += sock.recv(size - len(data))
     return data
+
+
+def tls_converse(port: int, certificate: tuple[Path, Path], steps: list[Step], keylog: Path) -> None:
+    """`converse` over TLS: Python's ssl module at both ends (the server in a thread), the client logging its
+    secrets to `keylog`, TLS 1.3."""
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(*certificate)
+    client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_context.check_hostname = False
+    client_context.verify_mode = ssl.CERT_NONE
+    client_context.keylog_filename = str(keylog)
+
+    def play(tls: ssl.SSLSocket, is_client: bool) -> None:
+        for from_client, data in steps:
+            if from_client == is_client:
+                tls.sendall(data)
+            else:
+                receive(tls, len(data))
+
+    with socket.create_server((LOOPBACK, port)) as listener:
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with server_context.wrap_socket(connection, server_side=True) as tls:
+                play(tls, False)
+                tls.recv(1)  # the client's close
+
+        server = threading.Thread(target=serve)
+        server.start()
+        with client_context.wrap_socket(socket.create_connection((LOOPBACK, port)),
+                                        server_hostname="kafka.internal") as tls:
+            play(tls, True)
+        server.join()
+    time.sleep(SETTLE_S)

@@ -7,14 +7,16 @@ from functools import cache
 
 import pytest
 
-from capture_manifest import capture_names, load_capture, matches_bytes
+from capture_manifest import capture_names, load_capture, matches_bytes, tls_capture_names
 from kafkasniff.capture.files import open_capture
 from kafkasniff.protocol.messages import with_fields
 from kafkasniff.protocol.records import records_of
 from kafkasniff.stream.analyzer import Analyzer
-from kafkasniff.stream.session import MessageEvent
+from kafkasniff.stream.keylog import KeyLog
+from kafkasniff.stream.session import MessageEvent, NoticeEvent
 
-CAPTURES = capture_names()
+# TLS captures decrypted with their key logs must decode exactly as plaintext ones do.
+CAPTURES = capture_names() + tls_capture_names()
 
 # Requests whose response never came: in each case the client closed the connection first
 # (tshark shows its FIN, and no response with that correlation id): aiokafka's and
@@ -27,15 +29,23 @@ UNANSWERED = {
     "port_19092": {(8, "Metadata", 10)},
     "consumer_lag": {(5, "Metadata", 122)},
     "rebalance_confluent_kafka": {(2, "Metadata", 53), (12, "Metadata", 22)},
+    "tls/tls12_suites": {(15, "Fetch", 6)},
 }
 
 
 @cache
 def events(name: str) -> tuple:
-    """Every event of the capture, its messages with their Field trees, without any port hint."""
-    with open_capture(load_capture(name).pcap) as reader:
-        out = tuple(Analyzer().run(reader.segments()))
+    """Every event of the capture, its messages with their Field trees, without any port hint. TLS captures:
+    decrypted with their key logs, the TLS notices (bytes around the plaintext) left out and checked."""
+    capture = load_capture(name)
+    keylog = KeyLog([str(capture.keylog)]) if capture.keylog else None
+    with open_capture(capture.pcap) as reader:
+        out = tuple(Analyzer(keylog=keylog).run(reader.segments()))
         assert reader.warnings == []
+    if keylog is not None:
+        notices = [ev for ev in out if type(ev) is NoticeEvent]
+        assert {(ev.kind, ev.text) for ev in notices} == {("tls", "TLS: handshake, record headers and authentication tags")}
+        out = tuple(ev for ev in out if type(ev) is not NoticeEvent)
     for ev in out:
         if type(ev) is MessageEvent:
             with_fields(ev.message, ev.payload)
@@ -182,7 +192,8 @@ BATCHES = {"admin": 0, "aiokafka_codecs": 30, "confluent_codecs": 32, "consumer_
            "kafka_python_api_versions": 20, "kafka_python_codecs": 30, "port_19092": 8, "transactions": 36,
            # produced once, fetched by each group that reads it (in rebalance_aiokafka one batch is fetched twice)
            "consumer_lag": 120, "rebalance_aiokafka": 25, "rebalance_confluent_kafka": 24,
-           "rebalance_kafka_python": 24}
+           "rebalance_kafka_python": 24,
+           "tls/tls12_suites": 20, "tls/tls13_suites": 12}
 
 
 @pytest.mark.parametrize("name", CAPTURES)

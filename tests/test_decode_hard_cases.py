@@ -626,7 +626,9 @@ def client_hello() -> bytes:
     (["--port", "9093"], 9093, True),  # a port hint no longer turns the TLS check off
     (["--port", "9093"], 9093, False),  # without the handshake, the records' chain tells
 ], ids=["plain", "port-hint", "port-hint-mid-way"])
-def test_tls_connection_is_reported_at_once_and_its_bytes_at_the_end(tmp_path, options, broker, handshake):
+def test_tls_connection_is_reported_once_and_its_bytes_at_the_end(tmp_path, options, broker, handshake):
+    """Without keys: one notice saying what the handshake showed and why the connection is not decoded (here
+    the server's alert; without the hello, no key log), then each direction's bytes when it ends."""
     hello = client_hello()
     assert hello[:3] == b"\x16\x03\x01"
     alert = b"\x15\x03\x03\x00\x02\x02\x28"  # handshake failure
@@ -640,14 +642,18 @@ def test_tls_connection_is_reported_at_once_and_its_bytes_at_the_end(tmp_path, o
         pks = pks[4:]
         assert payload_len(pks[0]) == len(alert)
     got = decode(write_pcap(tmp_path / "tls.pcap", merged_with("consumer_group", pks)), *options)
-    first_ts = next(p.ts for p in pks if payload_len(p))
     reported = [e for e in got if e["kind"] == "notice"]
     stream = reported[0]["stream"]
     connection = {"stream": stream, "src": "127.0.0.1:48001", "dst": f"127.0.0.1:{broker}"}
     sizes = [("c2s", len(hello) + len(data)), ("s2c", len(alert))] if handshake else [("c2s", len(data)),
                                                                                       ("s2c", len(alert))]
+    # record header, handshake header, legacy version, then the client random
+    shown = f"SNI kafka.internal, client random {hello[11:43].hex()}" if handshake else "handshake not captured"
+    why = (f"TLS, no ServerHello, {shown}: not decoded: the handshake ended with alert 40 (handshake_failure)"
+           + (" from the server" if handshake else ""))
     assert reported == [
-        {"kind": "notice", "ts": first_ts, "notice": "tls", "text": "TLS: cannot decode without keys", **connection}
+        {"kind": "notice", "ts": next(p.ts for p in pks if payload_len(p) == len(alert)), "notice": "tls",
+         "text": why, **connection}
     ] + [{"kind": "notice", "ts": pks[-2].ts, "notice": "tls", "text": "TLS: encrypted bytes, not decoded",
           **connection, "direction": direction, "stream_offset": 0, "size": size} for direction, size in sizes]
     assert by_connection([e for e in got if e["kind"] != "notice"]) == by_connection(original("consumer_group"))

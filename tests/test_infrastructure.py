@@ -13,7 +13,7 @@ import dpkt
 import pytest
 
 from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER, TansuBroker, find_tansu, split_frames
-from capture_manifest import capture_names, decode_bytes, load_capture, matches_bytes
+from capture_manifest import capture_names, decode_bytes, load_capture, matches_bytes, tls_capture_names
 from clients import Message, consume_kafka_python, produce_kafka_python
 
 API_VERSIONS = 18
@@ -122,11 +122,12 @@ def _load_recorder():
 
 ROOT = Path(__file__).resolve().parents[1]
 recorder = _load_recorder()
-CAPTURES = capture_names()
+CAPTURES = sorted(capture_names() + tls_capture_names())
 PRODUCED_PER_SCENARIO = {
     "kafka_python_codecs": 40, "confluent_codecs": 41, "aiokafka_codecs": 40, "consumer_group": 6,
     "admin": 0, "transactions": 12, "kafka_python_api_versions": 20, "port_19092": 6,
     "rebalance_kafka_python": 24, "rebalance_confluent_kafka": 24, "rebalance_aiokafka": 24, "consumer_lag": 200,
+    "tls/tls13_suites": 12, "tls/tls12_suites": 20,
 }
 
 
@@ -146,7 +147,7 @@ def tcp_payloads(pcap: Path, port: int) -> tuple[bytes, bytes, int]:
 
 
 def test_every_scenario_has_a_committed_capture():
-    assert CAPTURES == sorted(scenario.name for scenario in recorder.SCENARIOS)
+    assert CAPTURES == sorted(str(Path(scenario.folder, scenario.name)) for scenario in recorder.SCENARIOS)
     assert sorted(PRODUCED_PER_SCENARIO) == CAPTURES
     readme = (ROOT / "captures" / "README.md").read_text()
     assert all(f"`{name}.pcap`" in readme for name in CAPTURES)

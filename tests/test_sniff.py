@@ -25,8 +25,9 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER, free_port
-from clients import Message, admin_kafka_python, group_session_kafka_python, produce_kafka_python
+from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER, TansuBroker, TlsTerminator, free_port
+from clients import (Message, admin_kafka_python, consume_kafka_python, group_session_kafka_python,
+                     produce_kafka_python, tls_context)
 from loopback import tls_exchange
 
 REPO = Path(__file__).resolve().parent.parent
@@ -244,10 +245,39 @@ def test_tls_is_recognised_live_whatever_names_the_port(tmp_path, certificate, h
     tls_exchange(port, certificate, b"Kafka inside TLS " * 100)
     assert wait_for(lambda: len(sniffer.events()) >= 3)
     assert sniffer.finish() == 0
-    assert [(e["kind"], e["notice"], e["text"], e.get("direction")) for e in sniffer.events()] == [
-        ("notice", "tls", "TLS: cannot decode without keys", None),
-        ("notice", "tls", "TLS: encrypted bytes, not decoded", "c2s"),
-        ("notice", "tls", "TLS: encrypted bytes, not decoded", "s2c")]
+    events = sniffer.events()
+    assert [(e["kind"], e["notice"], e.get("direction")) for e in events] == [
+        ("notice", "tls", None), ("notice", "tls", "c2s"), ("notice", "tls", "s2c")]
+    assert re.fullmatch(r"TLS 1\.3, TLS_AES_256_GCM_SHA384, SNI localhost, client random [0-9a-f]{64}: not decoded: "
+                        r"no key log given \(--tls-keylog FILE, or SSLKEYLOGFILE\)", events[0]["text"])
+    assert [e["text"] for e in events[1:]] == ["TLS: encrypted bytes, not decoded"] * 2
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_tls_is_decrypted_live_as_the_client_logs_its_keys(tmp_path, certificate, version):
+    """The key log does not exist when the sniffer starts: the client writes it as it connects, and the
+    sniffer reads it again while keys are missing, holding the records until they come."""
+    keys = tmp_path / "client.keys"
+    tls_port = free_port()
+    sent = [Message(b"k%d" % i, b"sniffed through TLS %d " % i * 20, (), i % 3) for i in range(6)]
+    with TansuBroker(advertised_port=tls_port) as broker, TlsTerminator(tls_port, broker.port, certificate):
+        broker.create_topic("live-tls", partitions=3)
+        sniffer = Sniffer(["-i", "lo", "--json", "--port", str(tls_port), "--tls-keylog", str(keys)],
+                          tmp_path / "tls.jsonl").wait_ready()
+        context = tls_context(str(keys), version)
+        produce_kafka_python(broker.bootstrap, "live-tls", sent, tls=context)
+        consumed = consume_kafka_python(broker.bootstrap, "live-tls", len(sent), tls=context)
+        assert wait_for(lambda: shows_response(sniffer, "Fetch"))
+        assert sniffer.finish() == 0
+    assert len(consumed) == len(sent)
+    found = messages(sniffer.events())
+    assert {e["tls"]["version"] for e in found} == {version}
+    assert [e for e in sniffer.events() if e["kind"] == "notice" and e.get("direction") is None] == []
+    produced = [v for e in found if e["api_name"] == "Produce" and e["kind"] == "request"
+                for v in record_values(e["body"])]
+    fetched = [v for e in found if e["api_name"] == "Fetch" and e["kind"] == "response"
+               for v in record_values(e["body"])]
+    assert sorted(produced) == sorted(fetched) == sorted(m.value for m in sent)
 
 
 def test_duration_stops_an_idle_capture(tmp_path):

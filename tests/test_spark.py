@@ -114,8 +114,12 @@ def order(row: dict) -> tuple:
 @pytest.mark.parametrize("capture", [p.name for p in CAPTURES])
 def test_messages_agree_with_decode_json(capture, all_run, decoded):
     path = str(next(p for p in CAPTURES if p.name == capture))
-    expected = sorted(decoded[path], key=order)
-    rows = sorted((r for r in all_run[2]["messages"] if r["capture_files"] == [path]), key=order)
+    assert_messages_agree(decoded[path], [r for r in all_run[2]["messages"] if r["capture_files"] == [path]])
+
+
+def assert_messages_agree(events: list[dict], table_rows: list[dict]) -> None:
+    expected = sorted(events, key=order)
+    rows = sorted(table_rows, key=order)
     assert len(rows) == len(expected) > 0
     stream_shift = {r["stream"] - e["stream"] for r, e in zip(rows, expected)}
     assert len(stream_shift) == 1, "stream numbers keep decode's order within a capture"
@@ -123,6 +127,8 @@ def test_messages_agree_with_decode_json(capture, all_run, decoded):
         for key in ("kind", "src", "dst", "api_key", "api_name", "api_version", "header_version", "correlation_id",
                     "client_id", "size", "topics", "errors", "trailing_bytes"):
             assert row[key] == event[key], (key, event)
+        tls = event.get("tls") or {}
+        assert (row["tls_version"], row["tls_cipher"]) == (tls.get("version"), tls.get("cipher"))
         assert abs(row["ts"] - micros(event["ts"])) <= 1
         malformed = event["malformed"] or {}
         assert (row["malformed"], row["malformed_offset"]) == (malformed.get("reason"), malformed.get("offset"))
@@ -504,3 +510,38 @@ def test_bad_inputs_fail_before_spark_starts(tmp_path):
         2, f"kafkasniff: {tmp_path}: no messages, records, connections table; give the --out folder of "
            "`kafkasniff spark`\n")
 
+
+
+# ---------------------------------------------------------------- TLS
+
+TLS_CAPTURES = sorted((Path(__file__).resolve().parents[1] / "captures" / "tls").glob("*.pcap"))
+
+
+def tls_keylog_options() -> list[str]:
+    return [option for path in TLS_CAPTURES for option in ("--tls-keylog", str(path.with_suffix(".keys")))]
+
+
+def test_tls_captures_decrypt_on_the_executors_as_in_decode(spark, tmp_path):
+    """The key logs go to the executors: the tables of the TLS captures hold what decode shows with the same
+    keys, TLS columns included; without keys, each connection is a `tls` one with its version and suite."""
+    keyed, keyless = tmp_path / "keyed", tmp_path / "keyless"
+    result = CliRunner().invoke(main, ["spark", *map(str, TLS_CAPTURES), *tls_keylog_options(), "--out", str(keyed)])
+    assert result.exit_code == 0, result.output
+    tables = read_tables(spark, keyed)
+    for path in TLS_CAPTURES:
+        decoded = CliRunner().invoke(main, ["decode", "--json", "--tls-keylog", str(path.with_suffix(".keys")),
+                                            str(path)]).stdout
+        events = [e for e in map(json.loads, decoded.splitlines()) if e["kind"] in ("request", "response")]
+        assert_messages_agree(events, [r for r in tables["messages"] if r["capture_files"] == [str(path)]])
+        connections = [c for c in tables["connections"] if c["capture_files"] == [str(path)]]
+        assert {c["protocol"] for c in connections} == {"kafka"}
+        assert {(c["tls_version"], c["tls_cipher"]) for c in connections} == {
+            (e["tls"]["version"], e["tls"]["cipher"]) for e in events}
+    result = CliRunner().invoke(main, ["spark", *map(str, TLS_CAPTURES), "--out", str(keyless)],
+                                env={"SSLKEYLOGFILE": ""})
+    assert result.exit_code == 0, result.output
+    assert list((keyless / "messages").rglob("*.parquet")) == []  # no message: nothing decrypted
+    keyless_connections = read_table(spark, keyless, next(t for t in TABLES if t.name == "connections"))
+    assert sorted((c["client"], c["protocol"], c["tls_version"], c["tls_cipher"])
+                  for c in keyless_connections) == sorted(
+        (c["client"], "tls", c["tls_version"], c["tls_cipher"]) for c in tables["connections"])

@@ -5,7 +5,9 @@ Every scenario gets a fresh in-memory Tansu broker on 127.0.0.1, then
 tcpdump runs on loopback while real clients (kafka-python, confluent-kafka,
 aiokafka) talk to it. Each scenario writes NAME.pcap and NAME.json (format:
 tests/capture_manifest.py); captures/README.md is rewritten from the
-scenario list. Message contents are fixed, so re-recording changes only
+scenario list. TLS scenarios go to captures/tls/: the broker sits behind
+`socat openssl-listen` (see tests/broker.py TlsTerminator), the clients write
+their secrets to NAME.keys, the key log that decrypts NAME.pcap. Message contents are fixed, so re-recording changes only
 timing-dependent bytes (timestamps, client ports, batching).
 
 Needs root for tcpdump and the test extras (pip install -e '.[test]'):
@@ -22,8 +24,10 @@ import json
 import random
 import re
 import shutil
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +37,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import clients  # noqa: E402
-from broker import LOOPBACK, TansuBroker, Tcpdump, find_tansu, port_is_free  # noqa: E402
+from broker import (LOOPBACK, TansuBroker, Tcpdump, TlsTerminator, find_tansu, is_listening,  # noqa: E402
+                    make_certificate, port_is_free)
 from capture_manifest import (CAPTURES_DIR, DIGEST_ONLY_ABOVE, encode_bytes,  # noqa: E402
                               encode_headers)
 from clients import CODECS, KAFKA_PYTHON_PINNED_VERSIONS, Consumed, Delivered, Message  # noqa: E402
 
 STANDARD_PORT = 9092
 OTHER_PORT = 19092
+TLS_PORT = 9093
+TLS_DIR = "tls"  # TLS scenarios' captures, manifests and key logs, apart from the plaintext ones
 LARGE_VALUE_SIZE = 1_048_600
 LARGE_VALUE_SEED = 1_048_600  # any fixed seed: the value must be identical on every run
 CLOSE_SETTLE_S = 0.3  # lets FIN/ACK of the last connections land before tcpdump stops
@@ -75,6 +82,8 @@ class Recording:
     consumed: list[dict] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
     clients: set[str] = field(default_factory=set)
+    tls: TlsSetup | None = None
+    tls_connections: list[dict] = field(default_factory=list)
 
     def add_produced(self, client: str, deliveries: list[Delivered], codec: str = "none",
                      transaction: str | None = None, api_version: tuple[int, ...] | None = None) -> None:
@@ -96,6 +105,22 @@ class Recording:
         } for r in records]
 
 
+@dataclass
+class TlsSetup:
+    """A TLS scenario's listener in front of the broker, and the client contexts that log their keys."""
+
+    keylog: Path
+    certificate: tuple[Path, Path]
+    listen_port: int
+    broker_port: int
+
+    def listener(self, tls13_suite: str | None = None) -> TlsTerminator:
+        return TlsTerminator(self.listen_port, self.broker_port, self.certificate, tls13_suite)
+
+    def context(self, version: str, ciphers: str | None = None, encrypt_then_mac: bool = True):
+        return clients.tls_context(str(self.keylog), version, ciphers, encrypt_then_mac)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -105,6 +130,12 @@ class Scenario:
     prepare: Callable[[str], None] | None = None  # runs before tcpdump starts
     port: int = STANDARD_PORT
     partitions: int = 3
+    tls: bool = False  # clients reach the broker through TLS on `port` (see TlsSetup)
+
+    @property
+    def folder(self) -> str:
+        """Where its files go, under captures/."""
+        return TLS_DIR if self.tls else ""
 
 
 # --- scenarios --------------------------------------------------------------
@@ -277,6 +308,51 @@ def run_consumer_lag(bootstrap: str, recording: Recording) -> None:
     }
 
 
+# TLS: every cipher family each TLS version offers, one client connection (or a few) per suite.
+# (suite as the manifest names it (IANA), OpenSSL's name to pick it, client, encrypt-then-MAC)
+TLS13_SUITES = (("TLS_AES_128_GCM_SHA256", "kafka-python"), ("TLS_AES_256_GCM_SHA384", "aiokafka"),
+                ("TLS_CHACHA20_POLY1305_SHA256", "kafka-python"))
+TLS12_SUITES = (
+    ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "ECDHE-RSA-AES128-GCM-SHA256", "kafka-python", True),
+    ("TLS_RSA_WITH_AES_256_GCM_SHA384", "AES256-GCM-SHA384", "aiokafka", True),
+    ("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-RSA-CHACHA20-POLY1305", "kafka-python", True),
+    ("TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA", "ECDHE-RSA-AES256-SHA", "aiokafka", True),
+    ("TLS_RSA_WITH_AES_128_CBC_SHA256", "AES128-SHA256", "kafka-python", False),
+)
+TLS_CLIENTS = {"kafka-python": (clients.produce_kafka_python, clients.consume_kafka_python),
+               "aiokafka": (clients.produce_aiokafka, clients.consume_aiokafka)}
+
+
+def tls_topic(suite: str) -> str:
+    return suite.lower().replace("_", "-")
+
+
+def _tls_round(bootstrap: str, recording: Recording, suite: str, client: str, context, version: str,
+               extra: dict | None = None) -> None:
+    produce, consume = TLS_CLIENTS[client]
+    topic = tls_topic(suite)
+    messages = sample_messages(f"{client} over TLS {version} {suite}", null_header_value=client != "kafka-python")[:4]
+    recording.add_produced(client, produce(bootstrap, topic, messages, "gzip", tls=context), "gzip")
+    recording.add_consumed(client, consume(bootstrap, topic, len(messages), tls=context))
+    recording.tls_connections.append({"topic": topic, "client": client, "version": version, "cipher": suite,
+                                      **(extra or {})})
+
+
+def run_tls13_suites(bootstrap: str, recording: Recording) -> None:
+    for suite, client in TLS13_SUITES:
+        # The server chooses a TLS 1.3 suite: the listener offers only this one.
+        with recording.tls.listener(tls13_suite=suite):
+            _tls_round(bootstrap, recording, suite, client, recording.tls.context("1.3"), "1.3")
+
+
+def run_tls12_suites(bootstrap: str, recording: Recording) -> None:
+    with recording.tls.listener():
+        for suite, openssl_name, client, etm in TLS12_SUITES:
+            context = recording.tls.context("1.2", openssl_name, encrypt_then_mac=etm)
+            extra = {"encrypt_then_mac": etm} if "CBC" in suite else {}
+            _tls_round(bootstrap, recording, suite, client, context, "1.2", extra)
+
+
 SCENARIOS = (
     Scenario("kafka_python_codecs", "kafka-python producer and consumer, one topic per codec "
              "(none, gzip, snappy, lz4, zstd)", run_kafka_python_codecs, codec_topics("kafka-python")),
@@ -306,6 +382,12 @@ SCENARIOS = (
     Scenario("consumer_lag", "a kafka-python consumer falling behind a kafka-python producer (group lag-slow) while "
              "a confluent-kafka consumer keeps up (group lag-fast); commits, then end offsets",
              run_consumer_lag, (LAG_TOPIC,), partitions=2),
+    Scenario("tls13_suites", "TLS 1.3, one suite after another (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305): "
+             "kafka-python and aiokafka produce (gzip) and consume", run_tls13_suites,
+             tuple(tls_topic(s) for s, _ in TLS13_SUITES), port=TLS_PORT, tls=True),
+    Scenario("tls12_suites", "TLS 1.2 with ECDHE and RSA key exchange: AES-GCM, ChaCha20-Poly1305, AES-CBC "
+             "(encrypt-then-MAC and MAC-then-encrypt); kafka-python and aiokafka", run_tls12_suites,
+             tuple(tls_topic(s[0]) for s in TLS12_SUITES), port=TLS_PORT, tls=True),
 )
 
 
@@ -320,11 +402,20 @@ def client_versions(names: set[str]) -> dict[str, str]:
 
 
 def record(scenario: Scenario, directory: Path, broker_software: str) -> dict:
-    if not port_is_free(scenario.port):
+    if not port_is_free(scenario.port) if not scenario.tls else is_listening(scenario.port):
         raise SystemExit(f"port {scenario.port} is in use; free it to record {scenario.name}")
+    directory = directory / scenario.folder
+    directory.mkdir(parents=True, exist_ok=True)
     pcap = directory / f"{scenario.name}.pcap"
     recording = Recording()
-    with TansuBroker(port=scenario.port) as broker:
+    # TLS: the broker listens on a free port and advertises the TLS listener's, so clients come back through it.
+    with TansuBroker(port=None if scenario.tls else scenario.port,
+                     advertised_port=scenario.port if scenario.tls else None) as broker, \
+            tempfile.TemporaryDirectory() as scratch:
+        if scenario.tls:
+            keylog = directory / f"{scenario.name}.keys"
+            keylog.unlink(missing_ok=True)
+            recording.tls = TlsSetup(keylog, make_certificate(Path(scratch)), scenario.port, broker.port)
         for topic in scenario.topics:
             broker.create_topic(topic, partitions=scenario.partitions)
         if scenario.prepare:
@@ -346,6 +437,9 @@ def record(scenario: Scenario, directory: Path, broker_software: str) -> dict:
         "consumed": recording.consumed,
         "notes": recording.notes,
     }
+    if scenario.tls:
+        manifest["tls"] = {"keylog": recording.tls.keylog.name, "listener": "socat openssl-listen (OpenSSL "
+                           f"{ssl.OPENSSL_VERSION.split()[1]} in the clients)", "connections": recording.tls_connections}
     (directory / f"{scenario.name}.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return manifest
 
@@ -363,11 +457,11 @@ def tshark_frame_count(pcap: Path, port: int) -> int | None:
 def write_readme(directory: Path) -> None:
     rows = []
     for scenario in SCENARIOS:
-        manifest_path = directory / f"{scenario.name}.json"
+        manifest_path = directory / scenario.folder / f"{scenario.name}.json"
         if not manifest_path.exists():
             continue
         manifest = json.loads(manifest_path.read_text())
-        rows.append(f"| `{scenario.name}.pcap` | {scenario.port} | {manifest['capture']['packets']} | "
+        rows.append(f"| `{Path(scenario.folder, scenario.name)}.pcap` | {scenario.port} | {manifest['capture']['packets']} | "
                     f"{manifest['capture']['bytes']:,} | {len(manifest['produced'])} | {scenario.summary} |")
     (directory / "README.md").write_text("\n".join([
         "# Captures",
@@ -386,7 +480,10 @@ def write_readme(directory: Path) -> None:
         "",
         "Worth knowing when reading them:",
         "",
-        f"- Kafka runs on port {STANDARD_PORT}, except in `port_{OTHER_PORT}.pcap`.",
+        f"- Kafka runs on port {STANDARD_PORT}, except in `port_{OTHER_PORT}.pcap` and the TLS captures.",
+        f"- `{TLS_DIR}/` holds TLS captures (port {TLS_PORT}, socat's TLS listener in front of the broker), each",
+        "  with the key log its clients wrote (`NAME.keys`): `kafkasniff decode tls/NAME.pcap --tls-keylog",
+        "  tls/NAME.keys`. Their manifests list each suite's topic and client under `tls`.",
         "- kafka-python cannot send a null header value, so its captures carry `b\"\"` there;",
         "  confluent-kafka and aiokafka send a real null.",
         "- Tansu 0.6 lists no aborted transactions in Fetch responses, so the consumers in",
@@ -419,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         began = time.monotonic()
         manifest = record(scenario, args.out, broker_software)
-        pcap = args.out / manifest["pcap"]
+        pcap = args.out / scenario.folder / manifest["pcap"]
         print(f"{scenario.name}: {manifest['capture']['packets']} packets "
               f"(tshark reads {tshark_frame_count(pcap, scenario.port)}), {manifest['capture']['bytes']:,} bytes, "
               f"{len(manifest['produced'])} produced, {len(manifest['consumed'])} consumed, "

@@ -15,6 +15,7 @@ from kafkasniff.engine.parallel import decode_parallel, usable_cores
 from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.keylog import KeyLog, KeyLogError, keylog_paths
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -58,6 +59,26 @@ def output_options(f):
     return f
 
 
+def tls_keylog_option(f):
+    return click.option("--tls-keylog", "tls_keylogs", multiple=True, metavar="FILE",
+                        help="TLS key log (NSS format, as SSLKEYLOGFILE writes) to decrypt TLS connections; "
+                             "repeatable. Default: the file SSLKEYLOGFILE names.")(f)
+
+
+def open_keylog(tls_keylogs: tuple[str, ...], follow: bool = False) -> KeyLog:
+    """The key logs of --tls-keylog (or SSLKEYLOGFILE); a file that cannot be read is a CLI error."""
+    from kafkasniff.commands.terminal import fail
+
+    try:
+        keylog = KeyLog(keylog_paths(tls_keylogs), follow=follow)
+    except KeyLogError as e:
+        fail(f"{e}; give a readable --tls-keylog FILE (or unset SSLKEYLOGFILE)")
+    if keylog.bad_lines:
+        click.echo(f"kafkasniff: warning: {keylog.bad_lines:,} lines of the TLS key logs are not key log lines "
+                   "(LABEL <client random> <secret>, in hex); skipped", err=True)
+    return keylog
+
+
 def _check_apis(apis) -> None:
     known = {a["name"].lower() for a in all_apis().values()} | {str(key) for key in all_apis()}
     unknown = [a for a in apis if a.lower() not in known]
@@ -88,11 +109,14 @@ def _with_progress(reader: CaptureReader, segments: Iterable[TcpSegment], progre
     progress.update(task, completed=reader.total_size)
 
 
-def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1) -> None:
+def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1, keylog: KeyLog | None = None) -> None:
+    """keylog: secrets for the TLS connections (workers get them: they fork after make_analyzer is made)."""
     def make_analyzer() -> Analyzer:
-        return Analyzer(ports)
+        return Analyzer(ports, keylog=keylog)
 
     collect_rarely()
+    if keylog:  # workers fork from here: they inherit the TLS layer (and cryptography) instead of each importing it
+        import kafkasniff.stream.tls  # noqa: F401
     if reader.streaming:
         decode_stream(reader, output, make_analyzer())
         return
@@ -247,17 +271,21 @@ def default_jobs(reader: CaptureReader, options: OutputOptions) -> int:
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
               help="Worker processes (default for captures of 8 MiB or more: one per core, "
                    "one more for the one-line view, at most 4).")
+@tls_keylog_option
 @output_options
-def decode_command(captures, ports, jobs, **view) -> None:
+def decode_command(captures, ports, jobs, tls_keylogs, **view) -> None:
     """Decode every Kafka request and response in pcap/pcapng captures (gzip too).
 
     CAPTURES are files, or - for standard input (tcpdump -w - | kafkasniff decode -), which is decoded
-    as it arrives until it ends or Ctrl-C."""
+    as it arrives until it ends or Ctrl-C. TLS connections are decrypted with --tls-keylog files and the
+    secrets pcapng files carry (editcap --inject-secrets)."""
+    from kafkasniff.capture.secrets import tls_key_log_text
     from kafkasniff.commands.terminal import fail
 
     options = make_options(**view)
     labels = FileLabels(options.view) if len(captures) > 1 else None
     output = Output(options, labels)
+    keylog = open_keylog(tls_keylogs)
     try:
         for path in captures:
             try:
@@ -267,8 +295,10 @@ def decode_command(captures, ports, jobs, **view) -> None:
             if labels is not None:
                 output.flush()
                 labels.start(path)
+            if not reader.streaming:
+                keylog.add_text(tls_key_log_text(path))
             with reader:
-                decode_file(reader, output, ports, jobs or default_jobs(reader, output.options))
+                decode_file(reader, output, ports, jobs or default_jobs(reader, output.options), keylog)
             for warning in reader.warnings:
                 click.echo(f"kafkasniff: warning: {warning}", err=True)
         if labels is not None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kafkasniff.capture.packets import FrameParser
-from kafkasniff.commands.decode import make_options, output_options
+from kafkasniff.commands.decode import make_options, open_keylog, output_options, tls_keylog_option
 from kafkasniff.commands.heap import collect_rarely
 from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
@@ -41,9 +41,10 @@ REFRESH_CHECK_FRAMES = 256  # under load, frames between looks at the clock for 
               "API, client id and topic, rebalances, consumer lag; refreshed every second.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics while capturing.")
+@tls_keylog_option
 @output_options
 def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, count, duration, buffer_mib,
-                  top, metrics_port, ports, **view) -> None:
+                  top, metrics_port, ports, tls_keylogs, **view) -> None:
     """Decode Kafka requests and responses live from a network interface.
 
     Captures `tcp port 9092` unless told otherwise with --port (repeatable),
@@ -86,7 +87,9 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
             capture.close()
             fail(f"cannot serve metrics on port {metrics_port}: {error.strerror}; choose another --metrics-port")
     with capture:
-        session = LiveSession(capture, make_options(**view), ports, pcap_file, count, live)
+        # Clients append to their key logs as they connect: the files are read again while keys are missing.
+        session = LiveSession(capture, make_options(**view), ports, pcap_file, count, live,
+                              open_keylog(tls_keylogs, follow=True))
         deadline = time.monotonic() + duration if duration else None
         if top:
             session.run_with_dashboard(deadline)
@@ -98,13 +101,13 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
 class LiveSession:
     """Frames from a LiveCapture through FrameParser -> Analyzer -> Output, optionally into a pcap."""
 
-    def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None, live=None):
+    def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None, live=None, keylog=None):
         self.capture = capture
         self.live = live            # LiveStats for --top and --metrics-port: sees every event
         self.refresh = None         # --top: called about every TOP_REFRESH_S with the frames so far
         self.next_refresh = 0.0
         self.output = Output(options)
-        self.analyzer = Analyzer(ports)
+        self.analyzer = Analyzer(ports, keylog=keylog)
         self.parser = FrameParser()
         self.pcap_file = pcap_file
         from dpkt import pcap

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import click
 
+from kafkasniff.commands.decode import tls_keylog_option
 from kafkasniff.pipeline.sparkenv import DEFAULT_MASTER
 
 _WARNINGS_SHOWN = 5
@@ -59,13 +60,15 @@ def _spark(master: str, confs):
               help="Kafka broker port hint (Kafka is also found on any port by content).")
 @click.option("--partitions", type=click.IntRange(1),
               help="Partitions the connections are spread over (default: twice Spark's parallelism).")
+@tls_keylog_option
 @_spark_options
-def spark_command(inputs, out, ports, partitions, master, confs) -> None:
+def spark_command(inputs, out, ports, partitions, master, confs, tls_keylogs) -> None:
     """Decode many captures on Spark into Parquet tables: messages, records, connections.
 
     INPUT is a capture file, a folder (searched recursively) or a glob; or a Hadoop URI
     (hdfs://, s3a://, file:///...). A connection split across rotated files (tcpdump -C/-G)
-    is reassembled as if it were one capture.
+    is reassembled as if it were one capture. TLS connections are decrypted with --tls-keylog files
+    (or SSLKEYLOGFILE) and the secrets local pcapng inputs carry; the keys go to the executors with the tasks.
     """
     from kafkasniff.commands.terminal import fail, make_console
     from kafkasniff.pipeline.inputs import InputError, expand_local, expand_uris, is_uri
@@ -76,6 +79,7 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
         fail(str(error))
     if not is_uri(out):
         out = os.path.abspath(out)
+    keylog_text = _keylog_text(tls_keylogs, files)
     with _spark(master, confs) as spark:
         try:
             files += expand_uris(spark, [i for i in inputs if is_uri(i)])
@@ -85,7 +89,7 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
             fail("no capture files among the inputs")
         from kafkasniff.pipeline.build import build_tables  # (pyarrow: there when Spark could start)
 
-        summary = build_tables(spark, files, out, ports, partitions)
+        summary = build_tables(spark, files, out, ports, partitions, keylog_text)
     warnings += summary.warnings
     for line in warnings[:_WARNINGS_SHOWN]:
         click.echo(f"kafkasniff: warning: {line}", err=True)
@@ -101,6 +105,24 @@ def spark_command(inputs, out, ports, partitions, master, confs) -> None:
                   str(summary.messages), str(summary.records), f"{summary.seconds:.1f}",
                   f"{mb / summary.seconds:.2f}" if summary.seconds else "-")
     make_console().print(table)
+
+
+def _keylog_text(tls_keylogs: tuple[str, ...], files) -> bytes:
+    """The key log lines of --tls-keylog (or SSLKEYLOGFILE) and of the local inputs' pcapng secrets."""
+    from kafkasniff.capture.secrets import tls_key_log_text
+    from kafkasniff.commands.terminal import fail
+    from kafkasniff.stream.keylog import keylog_paths
+
+    texts = []
+    for path in keylog_paths(tls_keylogs):
+        try:
+            with open(path, "rb") as f:
+                texts.append(f.read())
+        except OSError as e:
+            fail(f"cannot read the TLS key log {path}: {e.strerror or e}; give a readable --tls-keylog FILE "
+                 "(or unset SSLKEYLOGFILE)")
+    texts += [tls_key_log_text(f.name) for f in files if f.local]
+    return b"\n".join(texts)
 
 
 @click.command("report")

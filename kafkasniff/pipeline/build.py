@@ -77,9 +77,10 @@ def run_order(files: list[CaptureFile]) -> list[CaptureFile]:
     return sorted(files, key=natural)
 
 
-def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None
-                 ) -> BuildSummary:
-    """Decode `files` and write the messages, records and connections tables under `out`."""
+def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None,
+                 keylog_text: bytes = b"") -> BuildSummary:
+    """Decode `files` and write the messages, records and connections tables under `out`. keylog_text: TLS
+    key log lines, shipped to the executors with the tasks."""
     started = time.monotonic()
     files = run_order(files)
     names = [f.name for f in files]
@@ -94,7 +95,7 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
 
         task = TaskContext.get()
         return decode_partition(batches, names, hints, out, staging,
-                                f"{task.partitionId():05d}-{task.attemptNumber()}")
+                                f"{task.partitionId():05d}-{task.attemptNumber()}", keylog_text)
 
     try:
         written = _decode_and_write(spark, files, stats, decode, out, staging, partitions)

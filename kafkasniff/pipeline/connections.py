@@ -28,7 +28,8 @@ from kafkasniff.pipeline.writing import StagedTables
 from kafkasniff.render.output import Output, OutputOptions
 from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer import Analyzer
-from kafkasniff.stream.session import MessageEvent, NoticeEvent, endpoint_text
+from kafkasniff.stream.keylog import KeyLog
+from kafkasniff.stream.session import MessageEvent, endpoint_text
 
 _CONNECTION_NAMES = CONNECTIONS.raw_names
 # What a decode task tells the job, one row per connection, topic id learned and staged file: the rest of
@@ -64,7 +65,7 @@ class _Tally:
         self.client: tcp.Endpoint | None = None
         self.client_ids: dict[str, None] = {}
         self.requests = self.responses = 0
-        self.tls = False
+        self.tls: dict | None = None  # {"version", "cipher"} of a TLS connection, once its handshake is seen
         self.first_packet = first_packet  # (file number, index in the file)
 
     def files_between(self, first_ts: float, last_ts: float) -> list[int]:
@@ -78,10 +79,11 @@ class _Tally:
         client_is_a = self.client is None or self.client == a
         client, server = (a, b) if client_is_a else (b, a)
         to_server, to_client = self.bytes if client_is_a else reversed(self.bytes)
-        protocol = "kafka" if self.requests else "tls" if self.tls else "unknown"
+        protocol = "kafka" if self.requests else "tls" if self.tls is not None else "unknown"
         return {"connection_id": self.id, "client": endpoint_text(client), "server": endpoint_text(server),
                 "first_seen": micros(self.first_seen), "last_seen": micros(self.last_seen),
-                "protocol": protocol, "handshake": self.handshake, "client_ids": list(self.client_ids),
+                "protocol": protocol, "tls_version": self.tls and self.tls["version"],
+                "tls_cipher": self.tls and self.tls["cipher"], "handshake": self.handshake, "client_ids": list(self.client_ids),
                 "requests": self.requests, "responses": self.responses, "packets": self.packets,
                 "bytes_to_server": to_server, "bytes_to_client": to_client, "gaps": self.gaps,
                 "gap_bytes": self.gap_bytes, "end_reason": self.end_reason,
@@ -95,9 +97,9 @@ class ConnectionDecoder:
     `decode`, with a _Tally per connection for the connections table."""
 
     def __init__(self, port_hints: frozenset[int], topic_resolver: Output, file_names: list[str],
-                 out: StagedTables, facts: list[tuple]) -> None:
+                 out: StagedTables, facts: list[tuple], keylog: KeyLog | None = None) -> None:
         self.reassembler = tcp.TcpReassembler()
-        self.analyzer = Analyzer(port_hints, reassembler=self.reassembler)
+        self.analyzer = Analyzer(port_hints, reassembler=self.reassembler, keylog=keylog)
         self.tallies: dict[int, _Tally] = {}
         self._current: _Tally | None = None  # the 4-tuple's latest connection
         self._topic_resolver = topic_resolver
@@ -153,12 +155,10 @@ class ConnectionDecoder:
     def _rows(self, events: list) -> None:
         messages, records = self._out.rows[MESSAGES.name], self._out.rows[RECORDS.name]
         for ev in events:
-            if type(ev) is NoticeEvent:
-                if ev.kind == "tls" and ev.conn is not None:
-                    self.tallies[ev.conn.stream].tls = True
-                continue
+            if ev.conn is not None and ev.conn.tls is not None:
+                self.tallies[ev.conn.stream].tls = ev.conn.tls
             if type(ev) is not MessageEvent:
-                continue  # SASL tokens are not Kafka messages
+                continue  # notices; SASL tokens are not Kafka messages
             tally = self.tallies[ev.conn.stream]
             tally.client = ev.conn.client
             m = ev.message
@@ -179,10 +179,13 @@ class ConnectionDecoder:
 
 
 def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], port_hints: frozenset[int],
-                     out: str, staging: str, task: str) -> Iterator[pa.RecordBatch]:
+                     out: str, staging: str, task: str, keylog_text: bytes = b"") -> Iterator[pa.RecordBatch]:
     """A Spark partition of segment batches sorted by (key, ts, file, index): rows of every table staged
-    under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned."""
+    under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned.
+    keylog_text: the TLS key log lines the driver read, parsed once per partition."""
     staged = StagedTables(out, staging, task)
+    keylog = KeyLog()
+    keylog.add_text(keylog_text)
     facts: list[tuple] = []
     # decode's own topic lookup; the ids it learns are pooled over the run by the job
     topic_resolver = Output(OutputOptions(view="json"))
@@ -197,7 +200,7 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
             if key != current_key:
                 if decoder is not None:
                     decoder.finish()
-                decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts)
+                decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, keylog)
                 current_key = key
                 last_ts, first_file_of = None, {}
             if seg.ts != last_ts:

@@ -31,19 +31,20 @@ def message_row(ev: MessageEvent, connection_id: str, files: list[str], topics: 
     j = message_event_json(ev, topic_names=topics)
     m = ev.message
     malformed = j["malformed"]
+    tls = j.get("tls") or {}
     response = m.kind == "response"
     return (micros(ev.ts), connection_id, files, j["src"], j["dst"], m.kind, j["api_key"], j["api_name"],
             j["api_version"], j["header_version"], j["correlation_id"], j["client_id"], j["size"],
             ev.latency_ms, m.throttle_time_ms if response else None, j["errors"], j["topics"], record_count,
             j["inferred"] if response else None, None if response else j["expects_response"],
             malformed["reason"] if malformed else None, malformed["offset"] if malformed else None,
-            j["trailing_bytes"])
+            j["trailing_bytes"], tls.get("version"), tls.get("cipher"))
 
 
 _MESSAGE_COLUMNS = ("ts", "connection_id", "capture_files", "src", "dst", "kind", "api_key", "api_name",
                     "api_version", "header_version", "correlation_id", "client_id", "size", "latency_ms",
                     "throttle_time_ms", "errors", "topics", "record_count", "inferred", "expects_response",
-                    "malformed", "malformed_offset", "trailing_bytes")
+                    "malformed", "malformed_offset", "trailing_bytes", "tls_version", "tls_cipher")
 assert MESSAGES.raw_names == _MESSAGE_COLUMNS, "messages table and message_row disagree"
 
 

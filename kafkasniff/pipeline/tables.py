@@ -75,6 +75,8 @@ MESSAGES = Table("messages", "ts", (
     Column("malformed", "string", "Why decoding stopped early; null for a well-formed message"),
     Column("malformed_offset", "int", "Where decoding stopped: byte offset from the start of the size prefix"),
     Column("trailing_bytes", "int", "Bytes left over after a complete body"),
+    Column("tls_version", "string", "`1.2` or `1.3` when the message was decrypted from TLS; null for plaintext"),
+    Column("tls_cipher", "string", "The TLS cipher suite (IANA name) it was decrypted from; null for plaintext"),
 ), "one row per Kafka request or response")
 
 RECORDS = Table("records", "ts", (
@@ -113,6 +115,9 @@ CONNECTIONS = Table("connections", "first_seen", (
     Column("first_seen", "timestamp", "Capture time of the connection's first packet"),
     Column("last_seen", "timestamp", "Capture time of its last packet"),
     Column("protocol", "string", "`kafka` (requests seen), `tls` (encrypted, not decoded) or `unknown`"),
+    Column("tls_version", "string", "TLS connections: `1.2` or `1.3` (decrypted or not), as far as the handshake "
+                                    "tells; null for plaintext"),
+    Column("tls_cipher", "string", "TLS connections: the cipher suite (IANA name) when known; null for plaintext"),
     Column("handshake", "boolean", "The TCP handshake was captured (else the capture started mid-connection)"),
     Column("client_ids", "array<string>", "Client ids of its requests, in order of first use"),
     Column("requests", "bigint", "Kafka requests"),

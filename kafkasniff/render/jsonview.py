@@ -59,6 +59,8 @@ def message_event_json(ev: MessageEvent, topic_names: Iterable[str] | None = Non
         "malformed": _malformed_json(m.malformed, FRAME_PREFIX) if m.malformed else None,
         "trailing_bytes": m.trailing.length if m.trailing else 0,
     }
+    if ev.conn.tls is not None:
+        out["tls"] = ev.conn.tls
     if m.kind == "response":
         out["latency_ms"] = round(ev.latency_ms, 3) if ev.latency_ms is not None else None
         out["inferred"] = ev.inferred

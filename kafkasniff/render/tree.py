@@ -160,7 +160,7 @@ class TreeView:
             with_fields(m, payload, token_reader(m, self.show_secrets), RECORDS_SHOWN)
             try:
                 frame = len(payload).to_bytes(4, "big") + payload
-                parts = [headline, *self._hex_table(frame_rows(m, payload, self.limit), frame)]
+                parts = [headline, *self._tls_origin(ev), *self._hex_table(frame_rows(m, payload, self.limit), frame)]
             finally:
                 m.header = m.body = None  # a pending request must not keep its tree
         else:
@@ -189,6 +189,16 @@ class TreeView:
                             self.topic_names, write)
         tail = "".join(line.plain + "\n" for line in self._after_body(m))
         write(rest + tail.encode(), None)
+
+    @staticmethod
+    def _tls_origin(ev: MessageEvent) -> list[Text]:
+        """Bytes decrypted from TLS are not the captured bytes: say where the offsets count from."""
+        tls = ev.conn.tls
+        if tls is None:
+            return []
+        return [Text(f"decrypted from TLS {tls['version']} ({tls['cipher']}): the frame starts at byte "
+                     f"{ev.stream_offset:,} of the decrypted {ev.direction} stream; offsets below are within the frame",
+                     style="dim")]
 
     def _after_body(self, m: Message) -> list[Text]:
         parts = []

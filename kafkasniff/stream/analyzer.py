@@ -2,6 +2,11 @@
 
 Used alike by `decode` (segments from a file), `sniff` (segments from an
 interface) and the Spark pipeline (segments of one connection per task).
+
+A connection's first bytes tell TLS from plaintext: a TLS connection's records are
+decrypted with the key log's secrets (stream/tls.py) and their plaintext goes to a
+Session as any connection's bytes do. The analyzer then calls the connection's
+handler directly, so that plaintext pays nothing for TLS.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from typing import Iterable, Iterator
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.stream import tcp
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
-from kafkasniff.stream.session import Session
+from kafkasniff.stream.keylog import KeyLog
+from kafkasniff.stream.session import KafkaConnection, NoticeEvent, Session
+from kafkasniff.stream.tlsrecord import record_boundary, starts_tls
 
 # Ended connections whose sessions are kept, newest first, to name them when bytes of theirs come late.
 ENDED_KEPT = 1024
@@ -19,12 +26,15 @@ ENDED_KEPT = 1024
 
 class Analyzer:
     def __init__(self, port_hints: Iterable[int] = (), max_frame: int = DEFAULT_MAX_FRAME,
-                 reassembler: tcp.TcpReassembler | None = None):
+                 reassembler: tcp.TcpReassembler | None = None, keylog: KeyLog | None = None):
         self.port_hints = frozenset(port_hints)
         self.max_frame = max_frame
         self.tcp = reassembler or tcp.TcpReassembler()
-        self.sessions: dict[int, Session] = {}
-        self.ended_sessions: dict[int, Session] = {}  # the last ENDED_KEPT, oldest first
+        self.keylog = keylog if keylog is not None else KeyLog()
+        # Each connection's handler: a Session, a TlsSession, or _FirstBytes until its first bytes come.
+        self.sessions: dict[int, Session | TlsSession | _FirstBytes] = {}
+        self.tls_sessions: dict[int, TlsSession] = {}  # those waiting may be given keys by a followed key log
+        self.ended_sessions: dict[int, Session | TlsSession | _FirstBytes] = {}  # the last ENDED_KEPT, oldest first
         self.gaps = 0
         self.gap_bytes = 0
 
@@ -32,8 +42,15 @@ class Analyzer:
         return self.handle(self.tcp.feed(segment))
 
     def tick(self, now: float) -> list:
-        """Live capture: capture time passes without traffic, so long-waiting holes are given up."""
-        return self.handle(self.tcp.tick(now))
+        """Live capture: capture time passes without traffic, so long-waiting holes are given up, and TLS
+        records waiting for their keys are decrypted once the key log has them."""
+        out = self.handle(self.tcp.tick(now))
+        if self.keylog.follow and self.tls_sessions:
+            self.keylog.refresh()
+            for session in list(self.tls_sessions.values()):
+                if session.tls.waiting:
+                    out += session.poll(now)
+        return out
 
     def finish(self) -> list:
         """The capture is over: flush holes and half-finished frames of every connection."""
@@ -65,10 +82,25 @@ class Analyzer:
 
     def opened(self, stream: int, a: tcp.Endpoint, b: tcp.Endpoint, from_start: bool) -> None:
         """A connection opened (from_start: its handshake was captured, and a sent the SYN)."""
-        port_hint_client = 0 if b.port in self.port_hints else 1 if a.port in self.port_hints else None
-        self.sessions[stream] = Session(stream, (a, b), handshake_client=0 if from_start else None,
-                                        port_hint_client=port_hint_client, from_start=(from_start, from_start),
-                                        max_frame=self.max_frame)
+        self.sessions[stream] = _FirstBytes(self, stream, (a, b), from_start)
+
+    def _port_hint_client(self, endpoints: tuple) -> int | None:
+        """The side a broker port hint makes the client, if any."""
+        a, b = endpoints
+        return 0 if b.port in self.port_hints else 1 if a.port in self.port_hints else None
+
+    def plaintext_session(self, stream: int, endpoints: tuple, from_start: bool) -> Session:
+        session = self.sessions[stream] = Session(
+            stream, endpoints, handshake_client=0 if from_start else None,
+            port_hint_client=self._port_hint_client(endpoints), from_start=(from_start, from_start),
+            max_frame=self.max_frame)
+        return session
+
+    def tls_session(self, stream: int, endpoints: tuple, from_start: bool) -> TlsSession:
+        likely_client = 0 if from_start else self._port_hint_client(endpoints) or 0
+        session = self.sessions[stream] = self.tls_sessions[stream] = TlsSession(
+            stream, endpoints, (from_start, from_start), self.keylog, self.max_frame, likely_client)
+        return session
 
     def stream_data(self, stream: int, direction: int, data: bytes, ts: float) -> list:
         """Bytes of a connection, in stream order."""
@@ -87,6 +119,7 @@ class Analyzer:
         session = self.sessions.pop(stream, None)
         if session is None:
             return []
+        self.tls_sessions.pop(stream, None)
         self.ended_sessions[stream] = session
         if len(self.ended_sessions) > ENDED_KEPT:
             del self.ended_sessions[next(iter(self.ended_sessions))]
@@ -96,3 +129,124 @@ class Analyzer:
         """Bytes of an ended connection beyond its end (see tcp.LateData): said, not decoded."""
         session = self.ended_sessions.get(stream)
         return [session.late(direction, offset, size, ts)] if session is not None else []
+
+
+class _FirstBytes:
+    """A connection before its first bytes: they say whether it is TLS. Holes before them wait for the choice."""
+
+    __slots__ = ("analyzer", "stream", "endpoints", "from_start", "gaps")
+
+    def __init__(self, analyzer: Analyzer, stream: int, endpoints: tuple, from_start: bool):
+        self.analyzer = analyzer
+        self.stream = stream
+        self.endpoints = endpoints
+        self.from_start = from_start
+        self.gaps: list[tuple[int, int, float]] = []
+
+    def data(self, side: int, data: bytes, ts: float) -> list:
+        analyzer = self.analyzer
+        tls = starts_tls(data, self.from_start) or not self.from_start and record_boundary(data) is not None
+        make = analyzer.tls_session if tls else analyzer.plaintext_session
+        session = make(self.stream, self.endpoints, self.from_start)
+        out = []
+        for gap in self.gaps:
+            out += session.gap(*gap)
+        return out + session.data(side, data, ts)
+
+    def gap(self, side: int, size: int, ts: float) -> list:
+        self.gaps.append((side, size, ts))
+        return []
+
+    def end(self, ts: float) -> list:
+        return []
+
+    def late(self, side: int, offset: int, size: int, ts: float) -> NoticeEvent:
+        return _without_bytes(self.stream, self.endpoints).late(side, offset, size, ts)
+
+
+def _without_bytes(stream: int, endpoints: tuple) -> Session:
+    """An ended session that was given no bytes: it reports what comes after a connection's end."""
+    session = Session(stream, endpoints)
+    session.end(0.0)
+    return session
+
+
+class TlsSession:
+    """A TLS connection: its records decrypted (stream/tls.py), their plaintext decoded by a Session. Says once
+    why it is not decrypted, if it is not, and at its end how many bytes TLS took (handshake, record headers
+    and tags; all of them when nothing was decrypted), so that every byte captured is accounted for."""
+
+    def __init__(self, stream: int, endpoints: tuple, from_start: tuple[bool, bool], keylog: KeyLog,
+                 max_frame: int, likely_client: int = 0):
+        """likely_client: the side taken for the client until the handshake (or decrypted records) tell."""
+        self.stream = stream
+        self.likely_client = likely_client
+        self.endpoints = endpoints
+        self.from_start = from_start
+        self.max_frame = max_frame
+        from kafkasniff.stream.tls import TlsConnection  # with cryptography: imported by the first TLS connection
+
+        self.tls = TlsConnection(keylog, from_start)
+        self.session: Session | None = None
+        self.reported = False
+
+    def data(self, side: int, data: bytes, ts: float) -> list:
+        return self._decoded(self.tls.data(side, data), ts)
+
+    def gap(self, side: int, size: int, ts: float) -> list:
+        self.tls.gap(side, size)
+        out = self._decoded([], ts)
+        if self.session is not None and self.tls.failure is None:
+            out += self._marked(self.session.gap(side, size, ts))
+        return out
+
+    def poll(self, ts: float) -> list:
+        return self._decoded(self.tls.poll(), ts)
+
+    def end(self, ts: float) -> list:
+        out = self._decoded(self.tls.end(), ts)
+        if self.session is not None:
+            out += self._marked(self.session.end(ts))
+        conn = self._connection()
+        client = self._client_side()
+        for side in (client, 1 - client):
+            direction = self.tls.sides[side]
+            taken = direction.captured - direction.delivered
+            if taken:
+                text = ("TLS: handshake, record headers and authentication tags" if direction.delivered else
+                        "TLS: encrypted bytes, not decoded")
+                out.append(NoticeEvent(conn, "c2s" if side == client else "s2c", ts, "tls", text, 0, taken))
+        return out
+
+    def late(self, side: int, offset: int, size: int, ts: float) -> NoticeEvent:
+        return (self.session or _without_bytes(self.stream, self.endpoints)).late(side, offset, size, ts)
+
+    def _decoded(self, pieces: list, ts: float) -> list:
+        out = []
+        for side, plaintext in pieces:
+            if self.session is None:
+                self.session = Session(self.stream, self.endpoints, client_side=self._client_side(),
+                                       from_start=self.from_start, max_frame=self.max_frame)
+            out += self.session.data(side, plaintext, ts)
+        if self.tls.failure is not None and not self.reported:
+            self.reported = True
+            out.append(NoticeEvent(self._connection(), None, ts, "tls",
+                                   f"{self.tls.description()}: not decoded: {self.tls.failure}"))
+        return self._marked(out) if out else out
+
+    def _marked(self, events: list) -> list:
+        info = self.tls.info
+        for ev in events:
+            if ev.conn is not None:
+                ev.conn.tls = info
+        return events
+
+    def _client_side(self) -> int:
+        side = self.tls.client_side
+        return side if side is not None else self.likely_client
+
+    def _connection(self) -> KafkaConnection:
+        client = self._client_side()
+        conn = KafkaConnection(self.stream, self.endpoints[client], self.endpoints[1 - client])
+        conn.tls = self.tls.info
+        return conn

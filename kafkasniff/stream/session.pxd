@@ -7,7 +7,7 @@ from kafkasniff.stream.framing cimport Framer
 
 cdef class KafkaConnection:
     cdef public object stream, client, server
-    cdef public bint tls
+    cdef public object tls  # TLS connections: {"version", "cipher"}; else None
 
 
 cdef class MessageEvent:

@@ -28,6 +28,7 @@ from kafkasniff.protocol.messages import decode_request, decode_response_for_req
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
 from kafkasniff.stream.tcp import Endpoint
+from kafkasniff.stream.tlsrecord import starts_tls
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
 # How much of an unidentified connection we look at before deciding it is not Kafka.
@@ -59,7 +60,7 @@ cdef class KafkaConnection:
         self.stream = stream
         self.client = client
         self.server = server
-        self.tls = False
+        self.tls = None
 
 
 cdef class MessageEvent:
@@ -121,37 +122,6 @@ def request_header_plausible(buf, pos: int, end: int) -> bool | None:
     if key == quirks.CONTROLLED_SHUTDOWN and version == 0:
         return True
     return -1 <= _I16.unpack_from(buf, pos + 8)[0] <= 4096  # client id length
-
-
-def is_tls_record(buf) -> bool:
-    """A TLS handshake record header: content type 22, version 3.x."""
-    return len(buf) >= 3 and buf[0] == 0x16 and buf[1] == 0x03 and buf[2] <= 0x04
-
-
-# TLS record content types: change cipher spec, alert, handshake, application data.
-_TLS_CONTENT_TYPES = range(20, 24)
-_TLS_MAX_RECORD = (1 << 14) + 2048  # the largest encrypted record TLS allows
-
-
-def _tls_record_length(buf, pos: int) -> int | None:
-    """The length of the TLS record whose header is at buf[pos], or None if none is there."""
-    if len(buf) - pos < 5 or buf[pos] not in _TLS_CONTENT_TYPES or buf[pos + 1] != 0x03 or buf[pos + 2] > 0x04:
-        return None
-    length = int.from_bytes(buf[pos + 3:pos + 5], "big")
-    return length if 0 < length <= _TLS_MAX_RECORD else None
-
-
-def starts_tls(buf, from_start: bool) -> bool:
-    """Whether a direction's first captured bytes are TLS: a handshake record when the connection is
-    captured from its start; else any record whose successor's header is where it ends, as far as the
-    bytes show."""
-    if from_start:
-        return is_tls_record(buf)
-    length = _tls_record_length(buf, 0)
-    if length is None:
-        return False
-    after = 5 + length
-    return len(buf) - after < 5 or _tls_record_length(buf, after) is not None
 
 
 class RequestFrames:
@@ -265,7 +235,10 @@ cdef class Session:
             self.held_bytes[side] += len(data)
             if first and starts_tls(data, self.from_start[side]):
                 self._ignore(ts, "tls")
-                self.events.append(NoticeEvent(self.conn, None, ts, "tls", "TLS: cannot decode without keys"))
+                # The analyzer decrypts TLS found in a connection's first bytes; this one showed it later.
+                self.events.append(NoticeEvent(self.conn, None, ts, "tls",
+                                               "TLS: not decoded: the connection's first bytes captured "
+                                               "were not at a TLS record"))
                 return self._take()
             probe = self.probes[side]
             if probe is not None:
@@ -399,7 +372,6 @@ cdef class Session:
         self.held = [[], []]
         self.probes = [None, None]
         self.conn = self._unidentified_connection()
-        self.conn.tls = why == "tls"
 
     cdef int _likely_client_side(self):
         """Before the bytes tell: the handshake's client, the port hint's, or the caller's first side."""
