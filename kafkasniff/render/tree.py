@@ -103,9 +103,13 @@ class Node:
             child._draw(prefix + ("    " if i == last else "│   "), out)
 
 
-def table_lines(header: tuple[str, ...], cells: list[tuple]) -> list[Text]:
+def _column_widths(header: tuple[str, ...], cells: list) -> list[int]:
+    return [max(cell_len(h), *(cell_len(c[i]) for c in cells)) for i, h in enumerate(header[:-1])]
+
+
+def table_lines(header: tuple[str, ...], cells: list) -> list[Text]:
     """Aligned columns, two spaces apart; the last column unpadded. Cells are str or Text."""
-    widths = [max(cell_len(h), *(cell_len(c[i]) for c in cells)) for i, h in enumerate(header[:-1])]
+    widths = _column_widths(header, cells)
     out = []
     for row, style in [(header, "bold")] + [(c, "") for c in cells]:
         line = Text(style=style)
@@ -115,6 +119,14 @@ def table_lines(header: tuple[str, ...], cells: list[tuple]) -> list[Text]:
         line.append(row[-1])
         out.append(line)
     return out
+
+
+def plain_table_lines(header: tuple[str, ...], cells: list):
+    """table_lines as plain strings, made one at a time: a table can have tens of thousands of rows, and a styled
+    line costs about a kilobyte."""
+    widths = _column_widths(header, cells)
+    for row in (header, *cells):
+        yield "".join([cell + " " * (width - cell_len(cell) + 2) for cell, width in zip(row, widths)]) + row[-1]
 
 
 class TreeView:
@@ -132,8 +144,12 @@ class TreeView:
         self.limit = None if full else DEFAULT_MAX_VALUE
 
     def show(self, ev, topics: dict[str, list] | None = None) -> None:
-        if self.console is None and type(ev) is MessageEvent and not self.hex:
-            self._write_message(ev, topics)  # plain text, as it is made: a Fetch can hold millions of records
+        if self.console is None and type(ev) is MessageEvent:
+            # plain text, as it is made: a Fetch can hold millions of records, a response millions of items
+            if self.hex:
+                self._write_hex_message(ev, topics)
+            else:
+                self._write_message(ev, topics)
             return
         text = self.render(ev, topics)
         if self.console is None:
@@ -157,12 +173,8 @@ class TreeView:
         m, payload = ev.message, ev.payload
         headline = Text(message_line(ev, topics), style="bold")
         if self.hex:
-            with_fields(m, payload, token_reader(m, self.show_secrets), RECORDS_SHOWN)
-            try:
-                frame = len(payload).to_bytes(4, "big") + payload
-                parts = [headline, *self._tls_origin(ev), *self._hex_table(frame_rows(m, payload, self.limit), frame)]
-            finally:
-                m.header = m.body = None  # a pending request must not keep its tree
+            header, cells = self._hex_cells(self._message_rows(m, payload), _Frame(payload), styled=True)
+            parts = [headline, *self._tls_origin(ev), *table_lines(header, cells)]
         else:
             text, spans = tree_text(m, payload, self.limit, self.show_secrets, True, token_reader(m, self.show_secrets),
                                     self.topic_names)
@@ -189,6 +201,27 @@ class TreeView:
                             self.topic_names, write)
         tail = "".join(line.plain + "\n" for line in self._after_body(m))
         write(rest + tail.encode(), None)
+
+    def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None) -> None:
+        """The message's byte table as plain text, a line at a time."""
+        m = ev.message
+        out = self._out or sys.stdout
+        out.write(message_line(ev, topics) + "\n")
+        for line in self._tls_origin(ev):
+            out.write(line.plain + "\n")
+        header, cells = self._hex_cells(self._message_rows(m, ev.payload), _Frame(ev.payload), styled=False)
+        for line in plain_table_lines(header, cells):
+            out.write(line + "\n")
+        del cells
+        for line in self._after_body(m):
+            out.write(line.plain + "\n")
+
+    def _message_rows(self, m: Message, payload) -> list[Row]:
+        with_fields(m, payload, token_reader(m, self.show_secrets), RECORDS_SHOWN)
+        try:
+            return frame_rows(m, payload, self.limit)
+        finally:
+            m.header = m.body = None  # a pending request must not keep its tree
 
     @staticmethod
     def _tls_origin(ev: MessageEvent) -> list[Text]:
@@ -225,8 +258,7 @@ class TreeView:
     def _sasl(self, ev: SaslTokenEvent) -> list[Text]:
         headline = Text(sasl_line(ev, self.show_secrets), style="bold")
         if self.hex:
-            frame = len(ev.token).to_bytes(4, "big") + ev.token
-            return [headline, *self._hex_table(token_rows(ev, self.limit), frame)]
+            return [headline, *table_lines(*self._hex_cells(token_rows(ev, self.limit), _Frame(ev.token), styled=True))]
         tree = Node(headline)
         for f in ev.fields or ():  # the token's parts: strings, and secrets
             secret = f.type == SECRET
@@ -236,21 +268,34 @@ class TreeView:
 
     # -- byte table -----------------------------------------------------------------------------
 
-    def _hex_table(self, all_rows: list[Row], frame: bytes | None) -> list[Text]:
-        header = ("offset", "bytes", "field", "type", "value") if frame is not None else (
-            "offset", "field", "type", "value")
+    def _hex_cells(self, all_rows: list[Row], frame: _Frame, styled: bool) -> tuple[tuple[str, ...], list]:
+        """The byte table's header and cells (secret values in magenta when `styled`)."""
+        header = ("offset", "bytes", "field", "type", "value")
         cells = []
         for r in all_rows:
             masked = r.type == SECRET and not self.show_secrets
             span = str(r.offset) if r.length <= 1 else f"{r.offset}-{r.offset + r.length - 1}"
             value = MASK if masked else "length prefix or token syntax" if r.type == TOKEN else r.value
-            row = [span, r.path, r.type, Text(value, style="magenta") if r.type == SECRET else value]
-            if frame is not None:
-                row.insert(1, self._hex(frame, r, masked))
-            cells.append(row)
-        return table_lines(header, cells)
+            cells.append((span, self._hex(frame, r, masked), r.path, r.type,
+                          Text(value, style="magenta") if styled and r.type == SECRET else value))
+        return header, cells
 
-    def _hex(self, frame: bytes, r: Row, masked: bool) -> str:
+    def _hex(self, frame: _Frame, r: Row, masked: bool) -> str:
         shown = r.length if self.full else min(r.length, HEX_SHOWN)
-        text = " ".join([_SECRET_BYTE] * shown) if masked else frame[r.offset:r.offset + shown].hex(" ")
+        text = " ".join([_SECRET_BYTE] * shown) if masked else frame.bytes_at(r.offset, shown).hex(" ")
         return text + (" …" if shown < r.length else "")
+
+
+class _Frame:
+    """A frame's bytes, its 4-byte size prefix then the payload, without copying a payload that can be megabytes."""
+
+    __slots__ = ("payload", "prefix")
+
+    def __init__(self, payload):
+        self.payload = payload
+        self.prefix = len(payload).to_bytes(FRAME_PREFIX, "big")
+
+    def bytes_at(self, offset: int, length: int) -> bytes:
+        if offset >= FRAME_PREFIX:
+            return bytes(self.payload[offset - FRAME_PREFIX:offset - FRAME_PREFIX + length])
+        return (self.prefix + bytes(self.payload[:length]))[offset:offset + length]
