@@ -68,6 +68,14 @@ cdef bint learns_or_shows_topics(MessageEvent ev) except -1:
     return False
 
 
+cdef bint _names_only(list mentions):
+    """Whether no mention (of `event_mentions`) has a topic id: then they resolve the same anywhere."""
+    for mention in mentions:
+        if mention is not None and mention[1] is not None:
+            return False
+    return True
+
+
 cdef list event_mentions(MessageEvent ev):
     """The message's topic mentions; for a response, None and then its request's."""
     mentions = list(ev.message.mentions)
@@ -216,6 +224,13 @@ cdef class Output:
         mentions = None
         if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
+            if _names_only(mentions):  # nothing to learn or look up: the topics are final here
+                topics = self._resolve(mentions)
+                if self._by_topic and self.options.topics.isdisjoint(topics):
+                    return None
+                if self._json_view:
+                    return self.json_line(ev, self._show_secrets, topics), None
+                return message_row(ev, topics), None
         if self._json_view:
             topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
             return self.json_line(ev, self._show_secrets, topics), mentions
