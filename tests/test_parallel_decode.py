@@ -93,13 +93,14 @@ def test_stats_and_trees_stay_in_one_process():
         assert run(*view, "-j", "2", CONFLUENT) == run(*view, "-j", "1", CONFLUENT)
 
 
-@pytest.mark.parametrize("cores, size_mb, view, expected", [
-    (2, 60, "line", 3), (2, 60, "json", 2), (2, 60, "tree", 2), (2, 7, "line", 1), (1, 60, "line", 1),
-    (4, 60, "line", 4), (4, 60, "json", 4), (16, 60, "json", 4),
+@pytest.mark.parametrize("cores, size_mb, packets, view, expected", [
+    (2, 60, 190_000, "line", 3), (2, 60, 190_000, "json", 2), (2, 60, 190_000, "tree", 2), (2, 7, 20_000, "line", 1),
+    (1, 60, 190_000, "line", 1), (4, 60, 190_000, "line", 4), (4, 60, 190_000, "json", 4),
+    (16, 60, 190_000, "json", 4), (2, 64, 3_500, "line", 1), (2, 64, 3_500, "json", 1),
 ])
-def test_default_workers(monkeypatch, cores, size_mb, view, expected):
+def test_default_workers(monkeypatch, cores, size_mb, packets, view, expected):
     monkeypatch.setattr(decode, "usable_cores", lambda: cores)
-    reader = SimpleNamespace(total_size=size_mb << 20)
+    reader = SimpleNamespace(total_size=size_mb << 20, estimated_packets=lambda: packets)
     assert decode.default_jobs(reader, OutputOptions(view=view)) == expected
 
 

@@ -100,6 +100,20 @@ class CaptureReader:
             return self.total_size
         return self._raw.raw.tell()
 
+    def estimated_packets(self, sample_bytes: int = 4 << 20) -> int:
+        """How many packets the file holds, counted in its first `sample_bytes` (on disk) and extrapolated:
+        whether a decode is worth sharing out depends on packets more than bytes. 0 for a pipe."""
+        if self.streaming:
+            return 0
+        with open_capture(self.path) as sample:
+            count = 0
+            for frames in sample._records(parse=False):
+                count += len(frames)
+                if sample.position >= sample_bytes:
+                    break
+            read = sample.position
+        return count if read >= self.total_size else count * self.total_size // max(read, 1)
+
     def _read_magic(self) -> bytes:
         what = "gzip-compressed data" if self.compressed else "input" if self.path == STDIN else "file"
         try:

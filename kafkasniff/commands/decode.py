@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 # Smaller captures decode in a moment: a bar would only flicker.
 PROGRESS_MIN_BYTES = 8 << 20
 PARALLEL_MIN_BYTES = 8 << 20
+# ... and packets: the workers save a few microseconds of the main process's time per packet, and every byte of
+# the streams crosses a pipe to them. A capture of big messages (records-heavy: 64 MB in 3,500 packets) decodes
+# faster in one process, whose one-line view reads only the batches' headers (0.12 s against 0.22 s).
+PARALLEL_MIN_PACKETS = 50_000
 MAX_AUTO_JOBS = 4  # beyond that, reading and reassembling in the parent is the limit
 # A capture through a pipe: how long the decoding waits for a segment before it looks for a stop
 # signal and lets capture time pass; and how many segments read ahead may wait for it.
@@ -256,7 +260,7 @@ def _segment_batches(reader: CaptureReader, show_progress: bool) -> Iterator[lis
 def default_jobs(reader: CaptureReader, options: OutputOptions) -> int:
     """Small captures decode in a moment in one process: only big ones are worth the workers' start."""
     cores = usable_cores()
-    if reader.total_size < PARALLEL_MIN_BYTES or cores == 1:
+    if reader.total_size < PARALLEL_MIN_BYTES or cores == 1 or reader.estimated_packets() < PARALLEL_MIN_PACKETS:
         return 1
     if options.view != "line":
         return min(cores, MAX_AUTO_JOBS)  # the workers write JSON: they do the most, one per core
