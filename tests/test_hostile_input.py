@@ -193,6 +193,14 @@ def delete_groups_v2_of_errors(count: int) -> list[tuple[bool, bytes]]:
     return [(True, request), (False, struct.pack(">i", len(payload)) + payload)]
 
 
+def metadata_v0_of_replica_arrays(partitions: int) -> bytes:
+    """A Metadata v0 response (correlation id 1, no brokers) of one topic 't' whose partitions each list 4,000
+    replica ids (0) and no in-sync ones: 16,018 bytes a partition, every array under 10,000 items."""
+    partition = struct.pack(">hiii", 0, 0, 0, 4000) + bytes(4 * 4000) + struct.pack(">i", 0)
+    payload = struct.pack(">iiihh", 1, 0, 1, 0, 1) + b"t" + struct.pack(">i", partitions) + partition * partitions
+    return struct.pack(">i", len(payload)) + payload
+
+
 LONG_ARRAYS = {  # (the frames, bytes per item, the array's path in the last frame)
     "int8 items": (lambda: [(True, encode_request(78, 1, 1, "c", {
         "GroupId": "g", "MemberId": "m", "Topics": [{"TopicId": "00000000-0000-0000-0000-000000000001", "Partitions": [
@@ -253,6 +261,40 @@ def test_past_ten_thousand_items_a_line_counts_the_rest_and_full_shows_them(long
         assert len(message["errors"]) == 100
     if case == "int8 items":
         assert decoded_text(long_arrays[case], "-V", "--full").count(": 1  int8\n") == ITEMS
+
+
+@pytest.fixture(scope="module")
+def replica_arrays(tmp_path_factory):
+    """A Metadata v0 request, and a 6.9 MB response of 430 partitions of 4,000 replica ids each."""
+    return conversation_capture(tmp_path_factory.mktemp("nested") / "nested.pcap",
+                                (True, encode_request(3, 0, 1, "c", {"Topics": []})),
+                                (False, metadata_v0_of_replica_arrays(430)))
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_arrays_of_arrays_cost_memory_for_what_a_view_shows(replica_arrays, view):
+    """Every array under the 10,000 items a view makes of each, 1.7 million items in all: once (8 MB of them)
+    200 MB in -V, 1.1 GB and 48 s in --hex."""
+    done = decode_measured(replica_arrays, VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 100 and done.seconds < 20, f"{view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+
+
+def test_past_a_hundred_thousand_fields_a_line_counts_the_rest_of_every_array(replica_arrays):
+    tree = decoded_text(replica_arrays, "-V")
+    assert re.findall(r"── (… .*)\n", tree) == [
+        "… 156 more items in 624 bytes, past the 100000 fields this view shows of a message (--full shows them all)",
+        "… 405 more items in 6487290 bytes, past the 100000 fields this view shows of a message (--full shows them "
+        "all)"]
+    assert re.findall(r"\n {16}[├└]── (\[\d+\])\n", tree) == [f"[{i}]" for i in range(25)]  # partitions made
+    hex_rows = [row for row in decoded_text(replica_arrays, "--hex").splitlines() if "items_not_shown" in row]
+    assert [re.split(" {2,}", row)[2:] for row in hex_rows] == [
+        ["body.Topics[0].Partitions[24].ReplicaNodes.items_not_shown", "ItemsNotShown",
+         "156 (156 more items in 624 bytes, past the 100000 fields this view makes of a message; --json shows them "
+         "all)"],
+        ["body.Topics[0].Partitions.items_not_shown", "ItemsNotShown",
+         "405 (405 more items in 6487290 bytes, past the 100000 fields this view makes of a message; --json shows "
+         "them all)"]]
 
 
 @pytest.fixture(scope="module")
