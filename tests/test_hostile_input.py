@@ -8,6 +8,7 @@ process is the whole tree.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import struct
@@ -16,9 +17,11 @@ import sys
 
 import cramjam
 import pytest
+from click.testing import CliRunner
 
 from measured import decode_measured, run_measured
 from pcapkit import TcpConversation, write_pcap
+from kafkasniff.cli import main
 from kafkasniff.protocol.compression import MiB
 from kafkasniff.protocol.encoder import encode_request
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
@@ -126,6 +129,101 @@ def test_a_dump_of_more_text_than_one_message_needs_is_refused_as_it_is_read(tmp
     assert done.stderr == ("kafkasniff: cannot read the hex dump: more than 16 MiB of text; a dump holds one message: "
                            "keep its lines only\n")
     assert done.seconds < 5 and done.peak_mb < 100
+
+
+def hexdump_c(data: bytes) -> str:
+    """`hexdump -C` of the bytes: a line the same as the one before is a '*' line, as hexdump writes it."""
+    lines, before = [], None
+    for at in range(0, len(data), 16):
+        row = data[at:at + 16]
+        if row == before:
+            if lines[-1] != "*":
+                lines.append("*")
+            continue
+        before = row
+        cells = " ".join(f"{b:02x}" for b in row[:8]) + "  " + " ".join(f"{b:02x}" for b in row[8:])
+        lines.append(f"{at:08x}  {cells:<48}  |{''.join(chr(b) if 32 <= b < 127 else '.' for b in row)}|")
+    return "\n".join([*lines, f"{len(data):08x}"]) + "\n"
+
+
+def token_expiry(hmac: bytes) -> bytes:
+    """An ExpireDelegationToken v1 request, whose body is one bytes field (and an int64)."""
+    return encode_request(40, 1, 1, "c", {"Hmac": hmac, "ExpiryTimePeriodMs": 0})
+
+
+DUMP_BYTES = 16 * MiB - 64  # near the most a dump may hold, most of it in '*' runs: a dump of a few KB
+
+DUMPS = {  # the text of a hexdump -C, and the first line explain prints
+    "a value of zeros": (lambda: hexdump_c(token_expiry(bytes(DUMP_BYTES - 33))),
+                         "ExpireDelegationToken v1 request · header v1 · correlation id 1 · client id 'c' · 16777142 "
+                         "bytes + 4-byte size prefix"),
+    "arrays of arrays": (lambda: hexdump_c(metadata_v0_of_replica_arrays(DUMP_BYTES // 16_018)),
+                         "Metadata v0 response · header v0 · correlation id 1 · 16770867 bytes + 4-byte size prefix"),
+}
+
+
+@pytest.mark.parametrize("view", [[], ["--json"], ["--full"]], ids=["table", "json", "full"])
+@pytest.mark.parametrize("case", DUMPS)
+def test_explain_writes_its_output_as_it_makes_it(tmp_path, case, view):
+    """Once, a value of 16 MiB of zeros: 700 MB in --json (a document of 207 MB, held whole as objects and as a
+    string); arrays of arrays: more than 10 minutes in the table (a rich Table of every row), and --json past 5 GB
+    after 2 minutes (a Field of every item, then the document)."""
+    make, headline = DUMPS[case]
+    text = make()
+    assert len(text) < 200_000
+    done = explain_measured(tmp_path, text, *view)
+    assert done.returncode == 0, done.stderr
+    first = done.head.split(b"\n", 1)[0].decode()
+    assert first == ("{" if view == ["--json"] else headline)
+    assert done.peak_mb < 100 and done.seconds < 20, f"{case} {view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+
+
+LONG_TEXT = "it's \"quoted\", é and \U0001f600 too; " * 6000  # 192,000 bytes of UTF-8: several pieces
+NOT_UTF8 = bytes(range(256)) * 1000
+HMAC_AT = 4 + 10 + 1  # ExpireDelegationToken's Hmac, after the frame's size and the request header (client id 'c')
+NAME_AT = 4 + 11 + 1  # ApiVersions v3's ClientSoftwareName, after the size and the flexible request header
+
+
+def software_name(name: str) -> bytes:
+    """An ApiVersions v3 request, whose first field is a compact string."""
+    return encode_request(18, 3, 1, "c", {"ClientSoftwareName": name, "ClientSoftwareVersion": "1"})
+
+
+LONG_VALUES = {  # (the frame, its long field: path, offset, length; what the table and the rows show, and its JSON)
+    "bytes of text with both quotes": (token_expiry(LONG_TEXT.encode()), "body.Hmac", HMAC_AT, 4 + 192_000,
+                                       repr(LONG_TEXT), LONG_TEXT),
+    "bytes of text with single quotes": (token_expiry(LONG_TEXT.replace('"', "-").encode()), "body.Hmac", HMAC_AT,
+                                         4 + 192_000, repr(LONG_TEXT.replace('"', "-")), LONG_TEXT.replace('"', "-")),
+    "bytes of UTF-8, not printable": (token_expiry(bytes(100_000)), "body.Hmac", HMAC_AT, 4 + 100_000,
+                                      "0x" + bytes(100_000).hex(" "), "\x00" * 100_000),
+    "bytes not UTF-8": (token_expiry(NOT_UTF8), "body.Hmac", HMAC_AT, 4 + len(NOT_UTF8), "0x" + NOT_UTF8.hex(" "),
+                        None),
+    "a string": (software_name(LONG_TEXT), "body.ClientSoftwareName", NAME_AT, 3 + 192_000, repr(LONG_TEXT),
+                 LONG_TEXT),
+}
+
+
+@pytest.mark.parametrize("case", LONG_VALUES)
+def test_explain_makes_long_values_in_pieces_that_join_into_the_whole(case):
+    """Long values are made and written in pieces (render/values.py): joined, they are what the value shown whole
+    is, and the document is what json.dumps makes."""
+    frame, path, at, length, shown, text = LONG_VALUES[case]
+    output = CliRunner().invoke(main, ["explain", "--json", frame.hex()]).stdout
+    document = json.loads(output)
+    assert output == json.dumps(document, indent=1) + "\n"
+    (row,) = [r for r in document["rows"] if r["field"] == path]
+    assert row == {"offset": at, "length": length, "hex": frame[at:at + length].hex(), "field": path,
+                   "type": "string" if case == "a string" else "bytes", "value": shown}
+    (field,) = [f for f in document["fields"][1]["children"] if f["name"] == path.split(".")[1]]
+    if case == "a string":
+        assert field["value"] == text
+    else:
+        assert base64.b64decode(field["value"]["base64"]) == frame[at + 4:at + length]
+        assert field["value"].get("text") == text
+    table = CliRunner().invoke(main, ["explain", "--full", frame.hex()]).stdout
+    (line,) = [line for line in table.splitlines() if f" {path} " in line]
+    assert re.fullmatch(rf"{at}-{at + length - 1} +{frame[at:at + 8].hex(' ')} … +{re.escape(path)} +(string|bytes) +"
+                        rf"{re.escape(shown)}", line)
 
 
 # --- a response whose request was not captured (item 2) -------------------------------------------------------
