@@ -328,6 +328,19 @@ def test_long_arrays_cost_memory_for_what_a_view_shows(long_arrays, case, view):
     assert done.peak_mb < 100 and done.seconds < 20, f"{case}, {view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
 
 
+@pytest.mark.parametrize("jobs", ["2", "3"])
+@pytest.mark.parametrize("view", ["line", "json"])
+@pytest.mark.parametrize("case", LONG_ARRAYS)
+def test_long_arrays_cost_the_workers_memory_for_what_they_pass_on(long_arrays, case, view, jobs):
+    """The whole process tree, workers and parent: once 216 MB for the error results' 10 MB frame with --json -j 2,
+    its 60 MB JSON line rendered in a worker, pickled, sent and written by the parent."""
+    done = decode_measured(long_arrays[case], [*VIEWS[view], "-j", jobs])
+    assert done.returncode == 0, done.stderr
+    assert done.tree_mb < 100 and done.seconds < 20, f"{case}, {view}, -j {jobs}: {done.tree_mb:.0f} MB"
+    alone = decode_measured(long_arrays[case], [*VIEWS[view], "-j", "1"])
+    assert (done.size, done.head) == (alone.size, alone.head)
+
+
 def decoded_text(capture, *options: str) -> str:
     return subprocess.run([sys.executable, "-m", "kafkasniff", "decode", *options, str(capture)], capture_output=True,
                           check=True, text=True, timeout=120).stdout
