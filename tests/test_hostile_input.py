@@ -341,6 +341,29 @@ def test_long_arrays_cost_the_workers_memory_for_what_they_pass_on(long_arrays, 
     assert (done.size, done.head) == (alone.size, alone.head)
 
 
+@pytest.fixture(scope="module")
+def tiny_requests(tmp_path_factory):
+    """One connection of 700,000 ApiVersions v0 requests of 14 bytes (9.8 MB), never answered."""
+    requests = b"".join(struct.pack(">ihhih", 10, 18, 0, i, -1) for i in range(700_000))
+    conversation = TcpConversation(("10.0.0.1", 40000), ("10.0.0.2", 9092), mss=60_000)
+    return write_pcap(tmp_path_factory.mktemp("tiny") / "tiny.pcap", conversation.send(True, requests).close())
+
+
+@pytest.mark.parametrize("view", ["line", "json"])
+def test_many_small_messages_cost_the_workers_memory_bounded_by_their_replies(tiny_requests, view):
+    """A batch of 4 MiB of stream bytes makes 300,000 lines here (90 MB of JSON): once a worker rendered all of
+    them before replying, and the parent held them: 573 MB with --json -j 2, 373 MB in the one-line view."""
+    done = decode_measured(tiny_requests, [*VIEWS[view], "-j", "2"])
+    assert done.returncode == 0, done.stderr
+    assert done.tree_mb < 100 and done.seconds < 60, f"{view}: {done.tree_mb:.0f} MB, {done.seconds:.1f} s"
+    first = done.head.split(b"\n", 1)[0]
+    if view == "json":
+        assert {k: json.loads(first)[k] for k in ("kind", "api_name", "correlation_id")} == {
+            "kind": "request", "api_name": "ApiVersions", "correlation_id": 0}
+    else:
+        assert first.decode().endswith("10.0.0.2:9092 ApiVersions v0 request corr=0 client=null 10B")
+
+
 def decoded_text(capture, *options: str) -> str:
     return subprocess.run([sys.executable, "-m", "kafkasniff", "decode", *options, str(capture)], capture_output=True,
                           check=True, text=True, timeout=120).stdout
