@@ -24,13 +24,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from kafkasniff.analyses.wire import body, client_address, client_id, request_body
+from kafkasniff.analyses.wire import (CONSUMER_GROUP_HEARTBEAT, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, OFFSET_COMMIT,
+                                      SHARE_GROUP_HEARTBEAT, SYNC_GROUP, Seen)
 from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.topics import TopicNames
-from kafkasniff.stream.session import MessageEvent
+from kafkasniff.stream.session import endpoint_text
 
-OFFSET_COMMIT, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = 8, 12, 11, 13, 14
-CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 68, 76
 GROUP_APIS = frozenset({OFFSET_COMMIT, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT,
                         SHARE_GROUP_HEARTBEAT})
 # The APIs whose messages change generations, members or assignments.
@@ -169,53 +168,50 @@ class GroupTracker:
             found = self.groups[group_id] = Group(group_id)
         return found
 
-    def observe(self, ev: MessageEvent) -> None:
-        m = ev.message
-        if m.api_key not in GROUP_APIS or m.malformed is not None:
+    def observe(self, s: Seen) -> None:
+        if s.api_key not in GROUP_APIS or s.malformed:
             return
-        if m.api_key in ASSIGNING_APIS:
+        if s.api_key in ASSIGNING_APIS:
             self.version += 1
-        if m.kind == "request":
-            handle = _REQUESTS.get(m.api_key)
-            found = body(ev) if handle else None
-            if found is not None and found.get("group_id") is not None:
-                handle(self, self.group(found["group_id"]), ev, found)
+        if s.kind == "request":
+            handle = _REQUESTS.get(s.api_key)
+            if handle is not None and s.body is not None and s.body.get("group_id") is not None:
+                handle(self, self.group(s.body["group_id"]), s, s.body)
             return
-        request = request_body(ev)
-        found = body(ev)
-        if request is None or found is None or request.get("group_id") is None:
+        request = s.request.body if s.request is not None else None
+        if request is None or s.body is None or request.get("group_id") is None:
             return
-        _RESPONSES[m.api_key](self, self.group(request["group_id"]), ev, request, found)
+        _RESPONSES[s.api_key](self, self.group(request["group_id"]), s, request, s.body)
 
     # --- classic protocol ------------------------------------------------------------------------
 
-    def _join_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
+    def _join_request(self, group: Group, s: Seen, request: dict) -> None:
         member_id = request.get("member_id") or ""
-        who = f"{client_id(ev)} ({client_address(ev)})"
+        who = f"{s.client_id} ({endpoint_text(s.client)})"
         subscription = _subscription(request)
         if member_id:
             info = group.member(member_id)
-            info.last_heard = ev.ts
+            info.last_heard = s.ts
             latest = group.latest
             if latest is not None and member_id in latest.members:
                 before = latest.subscriptions.get(member_id)
                 if subscription is not None and before is not None and subscription != before:
-                    group.trigger(ev.ts, f"{info.label()} changed its subscription to {', '.join(subscription)}")
+                    group.trigger(s.ts, f"{info.label()} changed its subscription to {', '.join(subscription)}")
             elif member_id not in group.joined:
                 group.joined.add(member_id)
-                group.trigger(ev.ts, f"{who} joined")
+                group.trigger(s.ts, f"{who} joined")
         else:
-            group.trigger(ev.ts, f"{who} joined")
+            group.trigger(s.ts, f"{who} joined")
         if request.get("reason"):
-            group.trigger(ev.ts, f"{client_id(ev)} rejoined: {request['reason']}", primary=False)
+            group.trigger(s.ts, f"{s.client_id} rejoined: {request['reason']}", primary=False)
         if group.pending.first_join is None:
-            group.pending.first_join = ev.ts
+            group.pending.first_join = s.ts
 
-    def _join_response(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _join_response(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         code = response.get("error_code", 0)
         member_id = response.get("member_id") or request.get("member_id") or ""
         if member_id:
-            self._describe(group, member_id, ev, request)
+            self._describe(group, member_id, s, request)
         if code:
             group.pending.errors[error_name(code)] += 1
             if code == MEMBER_ID_REQUIRED and member_id:
@@ -224,7 +220,7 @@ class GroupTracker:
         number = response["generation_id"]
         gen = group.by_id.get(number)
         if gen is None:
-            gen = group.form(number, "classic", ev.ts)
+            gen = group.form(number, "classic", s.ts)
         gen.protocol_type = response.get("protocol_type") or request.get("protocol_type")
         gen.assignor = response.get("protocol_name") or gen.assignor
         gen.leader = response.get("leader") or gen.leader
@@ -241,14 +237,14 @@ class GroupTracker:
         if response.get("members"):
             self._note_dropped(group, gen)
 
-    def _describe(self, group: Group, member_id: str, ev: MessageEvent, request: dict) -> None:
+    def _describe(self, group: Group, member_id: str, s: Seen, request: dict) -> None:
         info = group.member(member_id)
-        info.client_id = client_id(ev)
-        info.host = client_address(ev)
+        info.client_id = s.client_id
+        info.host = endpoint_text(s.client)
         info.instance_id = request.get("group_instance_id") or info.instance_id
         info.session_timeout_ms = request.get("session_timeout_ms", info.session_timeout_ms)
         info.subscription = _subscription(request) or info.subscription
-        info.last_heard = ev.ts
+        info.last_heard = s.ts
 
     def _note_dropped(self, group: Group, gen: Generation) -> None:
         """Members of the generation before that are not in this one and never said they left."""
@@ -264,8 +260,8 @@ class GroupTracker:
             gen.dropped.append(Trigger(info.last_heard or gen.formed,
                                        f"{info.label()} dropped out without leaving ({heard}{timeout})", True))
 
-    def _sync_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
-        group.heard(request.get("member_id"), ev.ts)
+    def _sync_request(self, group: Group, s: Seen, request: dict) -> None:
+        group.heard(request.get("member_id"), s.ts)
         gen = group.by_id.get(request.get("generation_id"))
         if gen is None:
             return
@@ -274,7 +270,7 @@ class GroupTracker:
             if assignment is not None:
                 gen.members[entry["member_id"]] = assignment
 
-    def _sync_response(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _sync_response(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         code = response.get("error_code", 0)
         gen = group.by_id.get(request.get("generation_id"))
         if code:
@@ -286,55 +282,55 @@ class GroupTracker:
         assignment = _assignment_of(response.get("assignment"))
         if assignment is not None or gen.members.get(member_id) is None:
             gen.members[member_id] = assignment
-        gen.synced[member_id] = ev.ts
+        gen.synced[member_id] = s.ts
 
-    def _heartbeat_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
-        group.heard(request.get("member_id"), ev.ts)
+    def _heartbeat_request(self, group: Group, s: Seen, request: dict) -> None:
+        group.heard(request.get("member_id"), s.ts)
 
-    def _answered(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _answered(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         """Heartbeat, LeaveGroup and OffsetCommit responses: their errors; a rebalance the broker signals."""
-        for code in ev.message.errors:
+        for code in s.errors:
             name = error_name(code)
             group.pending.errors[name] += 1
-            if name == REBALANCE_IN_PROGRESS and ev.message.api_key == HEARTBEAT:
-                group.trigger(ev.ts, f"{client_id(ev)} was told the group is rebalancing", primary=False)
+            if name == REBALANCE_IN_PROGRESS and s.api_key == HEARTBEAT:
+                group.trigger(s.ts, f"{s.client_id} was told the group is rebalancing", primary=False)
 
-    def _leave_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
+    def _leave_request(self, group: Group, s: Seen, request: dict) -> None:
         leaving = request.get("members") or [{"member_id": request.get("member_id")}]
         for entry in leaving:
             member_id = entry.get("member_id")
             if not member_id:
                 continue
             info = group.member(member_id)
-            info.left_at = ev.ts
+            info.left_at = s.ts
             reason = f": {entry['reason']}" if entry.get("reason") else ""
-            group.trigger(ev.ts, f"{info.label()} left (LeaveGroup{reason})")
+            group.trigger(s.ts, f"{info.label()} left (LeaveGroup{reason})")
 
-    def _commit_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
-        group.heard(request.get("member_id"), ev.ts)
+    def _commit_request(self, group: Group, s: Seen, request: dict) -> None:
+        group.heard(request.get("member_id"), s.ts)
 
     # --- KIP-848 and share groups ----------------------------------------------------------------
 
-    def _heartbeat_v2_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
+    def _heartbeat_v2_request(self, group: Group, s: Seen, request: dict) -> None:
         member_id, epoch = request.get("member_id") or "", request.get("member_epoch")
-        who = group.member(member_id).label() if member_id else f"{client_id(ev)} ({client_address(ev)})"
+        who = group.member(member_id).label() if member_id else f"{s.client_id} ({endpoint_text(s.client)})"
         if member_id:
-            group.heard(member_id, ev.ts)
+            group.heard(member_id, s.ts)
         if epoch == JOINING_EPOCH:
-            group.trigger(ev.ts, f"{client_id(ev)} ({client_address(ev)}) joined")
+            group.trigger(s.ts, f"{s.client_id} ({endpoint_text(s.client)}) joined")
         elif epoch in LEAVING_EPOCHS:
             if member_id:
-                group.member(member_id).left_at = ev.ts
+                group.member(member_id).left_at = s.ts
                 group.current.discard(member_id)
-            group.trigger(ev.ts, f"{who} left (heartbeat at epoch {epoch})")
+            group.trigger(s.ts, f"{who} left (heartbeat at epoch {epoch})")
         subscription = request.get("subscribed_topic_names")
         if member_id and subscription is not None:
             info = group.member(member_id)
             if info.subscription is not None and sorted(subscription) != info.subscription:
-                group.trigger(ev.ts, f"{who} changed its subscription to {', '.join(sorted(subscription))}")
+                group.trigger(s.ts, f"{who} changed its subscription to {', '.join(sorted(subscription))}")
             info.subscription = sorted(subscription)
 
-    def _heartbeat_v2_response(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _heartbeat_v2_response(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         code = response.get("error_code", 0)
         if code:
             group.pending.errors[error_name(code)] += 1
@@ -346,14 +342,14 @@ class GroupTracker:
         if not member_id or epoch is None or epoch < 0:
             return
         info = group.member(member_id)
-        info.client_id, info.host, info.last_heard = client_id(ev), client_address(ev), ev.ts
+        info.client_id, info.host, info.last_heard = s.client_id, endpoint_text(s.client), s.ts
         info.instance_id = request.get("instance_id") or info.instance_id
         group.current.add(member_id)
         if response.get("assignment") is not None:
             info.assignment = self._epoch_assignment(response["assignment"])
         gen = group.latest
         if gen is None or epoch > gen.generation:
-            gen = group.form(epoch, PROTOCOLS[ev.message.api_key], ev.ts)
+            gen = group.form(epoch, PROTOCOLS[s.api_key], s.ts)
             gen.assignor = request.get("server_assignor")
             for mid in group.current:
                 gen.members[mid] = group.member(mid).assignment
@@ -361,7 +357,7 @@ class GroupTracker:
         if epoch == gen.generation:
             gen.members[member_id] = info.assignment
             gen.subscriptions[member_id] = info.subscription
-            gen.synced.setdefault(member_id, ev.ts)
+            gen.synced.setdefault(member_id, s.ts)
 
     def _epoch_assignment(self, assignment: dict) -> Assignment:
         out: Assignment = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from kafkasniff.analyses.groups import GroupTracker, causes, started, took_ms
 from kafkasniff.analyses.lag import LagTracker
+from kafkasniff.analyses.wire import Seen, seen
 from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.stream.session import MessageEvent
 
@@ -29,11 +30,17 @@ class Insight:
         self.lag = LagTracker(self.groups, self.topic_names, samples)
 
     def observe(self, ev) -> None:
-        if type(ev) is not MessageEvent:
-            return
-        self.topic_names.resolve(ev.message.mentions)  # learns the (id, name) pairs, to name ids later
-        self.groups.observe(ev)
-        self.lag.observe(ev)
+        if type(ev) is MessageEvent:
+            found = seen(ev)
+            if found is not None:
+                self.take(found)
+
+    def take(self, s: Seen) -> None:
+        """One message as the analyses read it (wire.seen), in capture order."""
+        if s.pairs:
+            self.topic_names.by_id.update(s.pairs)  # learns the (id, name) pairs, to name ids later
+        self.groups.observe(s)
+        self.lag.observe(s)
 
     def to_json(self) -> dict:
         return {"groups": self.groups.to_json(), "lag": self.lag.to_json(), "end_to_end": self.lag.latency.to_json()}

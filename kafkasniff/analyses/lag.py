@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from kafkasniff.analyses.groups import GroupTracker
 from kafkasniff.analyses.latency import EndToEnd
-from kafkasniff.analyses.wire import body, client_id, partitions, request_body, topic_of
+from kafkasniff.analyses.wire import (FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Seen, partitions,
+                                      topic_of)
 from kafkasniff.protocol.topics import TopicNames
-from kafkasniff.stream.session import MessageEvent
 
-PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 8, 9
 LATEST_OFFSET = -1  # the ListOffsets timestamp that asks for the end of the log
 READ_COMMITTED = 1
 # Connections whose fetch positions are remembered for incremental fetch sessions; the oldest go first.
@@ -93,39 +92,38 @@ class LagTracker:
         self.positions: dict[tuple, Position] = {}
         self.commits: dict[tuple[str, str, int], Commit] = {}
         self.ends: dict[tuple[str, int], tuple[int, float]] = {}  # (topic, partition) -> (end offset, when)
-        self._sessions: dict[int, dict[tuple[str, int], int]] = {}  # stream -> partition -> fetch offset
+        self._sessions: dict[object, dict[tuple[str, int], int]] = {}  # connection -> partition -> fetch offset
 
-    def observe(self, ev: MessageEvent) -> None:
-        m = ev.message
-        if m.kind != "response" or ev.request is None or m.malformed is not None:
+    def observe(self, s: Seen) -> None:
+        if s.kind != "response" or s.request is None or s.malformed:
             return
-        handle = _HANDLERS.get(m.api_key)
+        handle = _HANDLERS.get(s.api_key)
         if handle is not None:
-            handle(self, ev)
+            handle(self, s)
 
     def end_offset(self, topic: str, partition: int, offset: int, ts: float) -> None:
         known = self.ends.get((topic, partition))
         if known is None or offset > known[0]:
             self.ends[topic, partition] = (offset, ts)
 
-    def _fetch(self, ev: MessageEvent) -> None:
+    def _fetch(self, s: Seen) -> None:
         names = self.topic_names
-        request_root, asked = partitions(ev.request, names)
-        _, answered = partitions(ev, names)
+        request_root, asked = partitions(s.request, names)
+        _, answered = partitions(s, names)
         replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
-        session = self._session(ev.conn.stream, request_root)
+        session = self._session(s.connection, request_root)
         for p in asked:
             session[p.topic, p.partition] = p.facts.get("fetch_offset")
         read_committed = request_root.get("isolation_level") == READ_COMMITTED
-        client = client_id(ev)
-        host_ip = ev.conn.client[0]
+        client = s.client_id
+        host_ip = s.client[0]
         for p in answered:
             facts = p.facts
             if facts.get("error_code"):
                 continue
             high_watermark = facts.get("high_watermark", -1)
             if high_watermark >= 0:
-                self.end_offset(p.topic, p.partition, high_watermark, ev.ts)
+                self.end_offset(p.topic, p.partition, high_watermark, s.ts)
             fetch_offset = session.get((p.topic, p.partition))
             if replica >= 0 or fetch_offset is None or high_watermark < 0:
                 continue
@@ -137,27 +135,27 @@ class LagTracker:
             if position is None:
                 position = self.positions[key] = Position(group, client, p.topic, p.partition, self.samples)
             position.client_id = client
-            position.add((ev.ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
+            position.add((s.ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
             if p.batches:
-                self.latency.fetch(position.consumer, p.topic, p.partition, p.batches, ev.ts)
+                self.latency.fetch(position.consumer, p.topic, p.partition, p.batches, s.ts)
 
-    def _session(self, stream: int, request_root: dict) -> dict:
+    def _session(self, connection, request_root: dict) -> dict:
         """The fetch offsets a connection last asked, per partition; a fetch that is not incremental (session
         epoch 0 or -1, or a version without sessions) asks afresh."""
         incremental = request_root.get("session_epoch", 0) > 0
-        session = self._sessions.pop(stream, None) if incremental else None
+        session = self._sessions.pop(connection, None) if incremental else None
         if session is None:
-            self._sessions.pop(stream, None)
+            self._sessions.pop(connection, None)
             session = {}
-        self._sessions[stream] = session  # the most recently used last
+        self._sessions[connection] = session  # the most recently used last
         if len(self._sessions) > MAX_SESSION_CONNECTIONS:
             del self._sessions[next(iter(self._sessions))]
         return session
 
-    def _produce(self, ev: MessageEvent) -> None:
+    def _produce(self, s: Seen) -> None:
         names = self.topic_names
-        _, sent = partitions(ev.request, names)
-        _, answered = partitions(ev, names)
+        _, sent = partitions(s.request, names)
+        _, answered = partitions(s, names)
         batches = {(p.topic, p.partition): p.batches for p in sent if p.batches}
         for p in answered:
             base_offset = p.facts.get("base_offset", -1)
@@ -165,21 +163,21 @@ class LagTracker:
             if p.facts.get("error_code") or base_offset < 0 or not sent_batches:
                 continue
             records = sum(batch[1] + 1 for batch in sent_batches)
-            self.end_offset(p.topic, p.partition, base_offset + records, ev.ts)
-            self.latency.produce(p.topic, p.partition, base_offset, sent_batches, ev.request.ts)
+            self.end_offset(p.topic, p.partition, base_offset + records, s.ts)
+            self.latency.produce(p.topic, p.partition, base_offset, sent_batches, s.request.ts)
 
-    def _list_offsets(self, ev: MessageEvent) -> None:
+    def _list_offsets(self, s: Seen) -> None:
         names = self.topic_names
-        _, asked = partitions(ev.request, names)
+        _, asked = partitions(s.request, names)
         latest = {(p.topic, p.partition) for p in asked if p.facts.get("timestamp") == LATEST_OFFSET}
-        _, answered = partitions(ev, names)
+        _, answered = partitions(s, names)
         for p in answered:
             offset = p.facts.get("offset", -1)
             if (p.topic, p.partition) in latest and not p.facts.get("error_code") and offset >= 0:
-                self.end_offset(p.topic, p.partition, offset, ev.ts)
+                self.end_offset(p.topic, p.partition, offset, s.ts)
 
-    def _offset_commit(self, ev: MessageEvent) -> None:
-        request, response = request_body(ev), body(ev)
+    def _offset_commit(self, s: Seen) -> None:
+        request, response = s.request.body, s.body
         if request is None or response is None or not request.get("group_id"):
             return
         asked = {(topic_of(t, self.topic_names), p["partition_index"]): p["committed_offset"]
@@ -189,10 +187,10 @@ class LagTracker:
             for p in t.get("partitions") or ():
                 offset = asked.get((topic, p["partition_index"]))
                 if not p.get("error_code") and offset is not None and offset >= 0:
-                    self._committed(request["group_id"], topic, p["partition_index"], offset, ev.ts, "OffsetCommit")
+                    self._committed(request["group_id"], topic, p["partition_index"], offset, s.ts, "OffsetCommit")
 
-    def _offset_fetch(self, ev: MessageEvent) -> None:
-        request, response = request_body(ev), body(ev)
+    def _offset_fetch(self, s: Seen) -> None:
+        request, response = s.request.body, s.body
         if request is None or response is None:
             return
         groups = response.get("groups")
@@ -206,7 +204,7 @@ class LagTracker:
                 for p in t.get("partitions") or ():
                     offset = p.get("committed_offset", -1)
                     if not p.get("error_code") and offset >= 0:
-                        self._committed(group["group_id"], topic, p["partition_index"], offset, ev.ts, "OffsetFetch")
+                        self._committed(group["group_id"], topic, p["partition_index"], offset, s.ts, "OffsetFetch")
 
     def _committed(self, group: str, topic: str, partition: int, offset: int, ts: float, source: str) -> None:
         commit = self.commits.get((group, topic, partition))
