@@ -179,3 +179,17 @@ def test_a_missing_capture_is_one_line_and_status_2(command, tmp_path):
 def test_a_capture_without_groups_says_so():
     result = run("groups", str(load_capture("admin").pcap))
     assert result.output == "no consumer-group traffic in the capture\n"
+
+
+def test_fetches_over_ipv6_count_towards_their_group(tmp_path):
+    """Members are told apart by their address as the connections name it: an IPv6 one too."""
+    from pcapkit import Packet, as_ipv6, read_packets, write_pcap
+
+    pcap = write_pcap(tmp_path / "lag6.pcap", [Packet(ts, as_ipv6(frame)) for ts, frame in
+                                               read_packets(load_capture("consumer_lag").pcap)])
+    found = Insight(samples=False)
+    with open_capture(pcap) as reader:
+        for ev in Analyzer(()).run(reader.segments()):
+            found.observe(ev)
+    assert [(c["group"], c["partition"]) for c in found.lag.to_json()["consumers"]] == [
+        ("lag-fast", 0), ("lag-fast", 1), ("lag-slow", 0), ("lag-slow", 1)]
