@@ -6,6 +6,9 @@
   were in the log and not yet fetched. Followers' fetches (replica id >= 0) are replication, not consumers.
   In an incremental fetch session a response may name a partition its request left out: it is read from
   the offset last asked on that connection.
+- Traffic per partition: the records and bytes Produce requests wrote (those their responses acknowledged, at
+  the offsets they give) and consumers' Fetch responses brought, the last high watermark, and the rate records
+  were produced at.
 - Committed offsets: OffsetCommit requests whose response has no error for the partition (and the offsets
   OffsetFetch responses read back), against the log end: the highest end offset seen for the partition in
   Fetch responses (high watermark), Produce responses (base offset plus the records of the request's batches)
@@ -71,6 +74,46 @@ def _sample_json(sample: tuple | None) -> dict | None:
     return dict(zip(SAMPLE_FIELDS, sample)) if sample is not None else None
 
 
+class Traffic:
+    """One partition's Produce and Fetch traffic."""
+
+    __slots__ = ("produced_records", "produced_bytes", "first_produced_offset", "last_produced_offset",
+                 "first_produced_at", "last_produced_at", "fetch_responses", "fetched_records", "fetched_bytes",
+                 "high_watermark", "last_stable_offset", "high_watermark_at")
+
+    def __init__(self) -> None:
+        self.produced_records = self.produced_bytes = self.fetch_responses = 0
+        self.fetched_records = self.fetched_bytes = 0
+        self.first_produced_offset = self.last_produced_offset = None
+        self.first_produced_at = self.last_produced_at = None
+        self.high_watermark = self.last_stable_offset = self.high_watermark_at = None
+
+    def produced(self, first: int, last: int, records: int, size: int, ts: float) -> None:
+        """Records at offsets first..last, `size` bytes of batches, sent at `ts`."""
+        self.produced_records += records
+        self.produced_bytes += size
+        if self.first_produced_offset is None or first < self.first_produced_offset:
+            self.first_produced_offset = first
+        if self.last_produced_offset is None or last > self.last_produced_offset:
+            self.last_produced_offset = last
+        if self.first_produced_at is None or ts < self.first_produced_at:
+            self.first_produced_at = ts
+        if self.last_produced_at is None or ts > self.last_produced_at:
+            self.last_produced_at = ts
+
+    def records_per_minute(self) -> float | None:
+        """Records produced per minute from the first Produce request to the last; None before there are two."""
+        if self.first_produced_at is None or self.last_produced_at == self.first_produced_at:
+            return None
+        return round(self.produced_records * 60 / (self.last_produced_at - self.first_produced_at), 3)
+
+
+PARTITION_FIELDS = ("topic", "partition", "produced_records", "produced_bytes", "first_produced_offset",
+                    "last_produced_offset", "first_produced_at", "last_produced_at", "records_per_minute",
+                    "fetch_responses", "fetched_records", "fetched_bytes", "high_watermark", "last_stable_offset",
+                    "high_watermark_at", "log_end_offset", "log_end_at")
+
+
 class Commit:
     __slots__ = ("group", "topic", "partition", "offset", "ts", "commits", "source", "end_at_commit")
 
@@ -92,6 +135,7 @@ class LagTracker:
         self.positions: dict[tuple, Position] = {}
         self.commits: dict[tuple[str, str, int], Commit] = {}
         self.ends: dict[tuple[str, int], tuple[int, float]] = {}  # (topic, partition) -> (end offset, when)
+        self.traffic: dict[tuple[str, int], Traffic] = {}
         self._sessions: dict[object, dict[tuple[str, int], int]] = {}  # connection -> partition -> fetch offset
 
     def observe(self, s: Seen) -> None:
@@ -105,6 +149,12 @@ class LagTracker:
         known = self.ends.get((topic, partition))
         if known is None or offset > known[0]:
             self.ends[topic, partition] = (offset, ts)
+
+    def _traffic(self, topic: str, partition: int) -> Traffic:
+        found = self.traffic.get((topic, partition))
+        if found is None:
+            found = self.traffic[topic, partition] = Traffic()
+        return found
 
     def _fetch(self, s: Seen) -> None:
         names = self.topic_names
@@ -124,10 +174,18 @@ class LagTracker:
             high_watermark = facts.get("high_watermark", -1)
             if high_watermark >= 0:
                 self.end_offset(p.topic, p.partition, high_watermark, s.ts)
+            last_stable = facts.get("last_stable_offset", -1)
+            if replica < 0:
+                traffic = self._traffic(p.topic, p.partition)
+                traffic.fetch_responses += 1
+                traffic.fetched_bytes += facts.get("records_bytes", 0)
+                traffic.fetched_records += sum(batch[2] for batch in p.batches or () if not batch[3])
+                if high_watermark >= 0:
+                    traffic.high_watermark, traffic.last_stable_offset = high_watermark, last_stable
+                    traffic.high_watermark_at = s.ts
             fetch_offset = session.get((p.topic, p.partition))
             if replica >= 0 or fetch_offset is None or high_watermark < 0:
                 continue
-            last_stable = facts.get("last_stable_offset", -1)
             end = last_stable if read_committed and last_stable >= 0 else high_watermark
             group = self.groups.owner(p.topic, p.partition, client, host_ip)
             key = (group, None if group is not None else client, p.topic, p.partition)
@@ -156,15 +214,19 @@ class LagTracker:
         names = self.topic_names
         _, sent = partitions(s.request, names)
         _, answered = partitions(s, names)
-        batches = {(p.topic, p.partition): p.batches for p in sent if p.batches}
+        sent_with_batches = {(p.topic, p.partition): p for p in sent if p.batches}
         for p in answered:
             base_offset = p.facts.get("base_offset", -1)
-            sent_batches = batches.get((p.topic, p.partition))
-            if p.facts.get("error_code") or base_offset < 0 or not sent_batches:
+            request_partition = sent_with_batches.get((p.topic, p.partition))
+            if p.facts.get("error_code") or base_offset < 0 or request_partition is None:
                 continue
-            records = sum(batch[1] + 1 for batch in sent_batches)
-            self.end_offset(p.topic, p.partition, base_offset + records, s.ts)
+            sent_batches = request_partition.batches
+            offsets = sum(batch[1] + 1 for batch in sent_batches)
+            self.end_offset(p.topic, p.partition, base_offset + offsets, s.ts)
             self.latency.produce(p.topic, p.partition, base_offset, sent_batches, s.request.ts)
+            self._traffic(p.topic, p.partition).produced(
+                base_offset, base_offset + offsets - 1, sum(batch[2] for batch in sent_batches),
+                request_partition.facts.get("records_bytes", 0), s.request.ts)
 
     def _list_offsets(self, s: Seen) -> None:
         names = self.topic_names
@@ -233,6 +295,23 @@ class LagTracker:
                 "lag_at_commit": None if commit.end_at_commit is None else commit.end_at_commit - commit.offset,
                 "log_end_offset": end[0] if end is not None else None,
                 "lag": None if end is None else max(end[0] - commit.offset, 0)}
+
+    def partitions_json(self) -> list[dict]:
+        """Per topic and partition (every one the capture shows produced, fetched, ended or committed): its
+        traffic and log end (PARTITION_FIELDS)."""
+        keys = set(self.traffic) | set(self.ends) | {(p.topic, p.partition) for p in self.positions.values()} \
+            | {(topic, partition) for _, topic, partition in self.commits}
+        empty = Traffic()
+        out = []
+        for topic, partition in sorted(keys, key=lambda key: (key[0] or "", key[1])):
+            t = self.traffic.get((topic, partition), empty)
+            end = self.ends.get((topic, partition))
+            out.append(dict(zip(PARTITION_FIELDS, (
+                topic, partition, t.produced_records, t.produced_bytes, t.first_produced_offset,
+                t.last_produced_offset, t.first_produced_at, t.last_produced_at, t.records_per_minute(),
+                t.fetch_responses, t.fetched_records, t.fetched_bytes, t.high_watermark, t.last_stable_offset,
+                t.high_watermark_at, end[0] if end is not None else None, end[1] if end is not None else None))))
+        return out
 
     def to_json(self) -> dict:
         return {"consumers": [p.to_json() | {"delivered_to": self.delivered_to(p)} for p in self.consumer_rows()],
