@@ -174,7 +174,8 @@ def _rich_table(name: str, rows: list[dict]):
     if not rows:
         table.add_column("(none)")
         return table
-    for column, value in rows[0].items():
+    for column in rows[0]:
+        value = next((row[column] for row in rows if row[column] is not None), None)  # (the first may be null)
         table.add_column(column, justify="right" if isinstance(value, (int, float)) else "left")
     for row in rows:
         table.add_row(*(_cell(v) for v in row.values()))
