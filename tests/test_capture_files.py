@@ -607,3 +607,19 @@ def test_damaged_pcapng_never_fails_and_reads_the_same_whatever_the_read_size(tm
 def test_pcapng_records_are_the_same_whatever_the_read_size(tmp_path, chunk):
     path = _pcapng_two_interfaces(tmp_path / "mixed.pcapng")
     assert _frames_and_notes(path, chunk) == _frames_and_notes(path, 1 << 20)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_packets_are_estimated_from_the_start_of_the_file(tmp_path, compressed):
+    """12,000 packets of 1,000 bytes: 4 MiB of the file are counted, the rest extrapolated (within 2%); a file
+    smaller than the sample is counted whole."""
+    path = tmp_path / ("big.pcap.gz" if compressed else "big.pcap")
+    frame = bytes(1000)
+    body = b"".join(struct.pack("<IIII", 1_700_000_000 + i, 0, len(frame), len(frame)) + frame for i in range(12_000))
+    data = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1) + body
+    path.write_bytes(gzip.compress(data, 1) if compressed else data)
+    with open_capture(path) as reader:
+        assert abs(reader.estimated_packets(4 << 20) - 12_000) <= 240
+        assert reader.estimated_packets(64 << 20) == 12_000
+        assert reader.estimated_packets(1 << 20) > 0
+        assert sum(1 for _ in reader.frames()) == 12_000  # the estimate read a copy: the reader starts at the start

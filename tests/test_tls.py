@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import struct
 import subprocess
 
 import pytest
@@ -127,6 +128,50 @@ def test_secrets_inside_a_pcapng_decrypt_it_as_the_key_log_does(name, tmp_path):
     subprocess.run(["editcap", "--inject-secrets", f"tls,{capture.keylog}", str(capture.pcap), str(pcapng)],
                    check=True, capture_output=True)
     assert decode_json(pcapng) == with_keys(name)
+
+
+def pcapng_block(kind: int, body: bytes) -> bytes:
+    body += b"\x00" * (-len(body) % 4)
+    length = struct.pack("<I", 12 + len(body))
+    return struct.pack("<I", kind) + length + body + length
+
+
+def pcapng_with_secrets(capture, secrets_at: int, cut_secrets: bool) -> bytes:
+    """A pcapng of the capture's packets, its key log in a Decryption Secrets Block that starts at about byte
+    `secrets_at`, after frames that are not IP (skipped); with `cut_secrets`, a second secrets block that the
+    end of the file cuts short follows the packets."""
+    section = pcapng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    interface = pcapng_block(1, struct.pack("<HHI", 1, 0, 262144))
+
+    def packet(ts: float, frame: bytes) -> bytes:
+        ticks = round(ts * 1e6)
+        return pcapng_block(6, struct.pack("<IIIII", 0, ticks >> 32, ticks & 0xFFFFFFFF, len(frame), len(frame))
+                            + frame)
+
+    keys = capture.keylog.read_bytes()
+    secrets = pcapng_block(0x0A, struct.pack("<II", 0x544C534B, len(keys)) + keys)
+    packets = read_packets(capture.pcap)
+    head = section + interface
+    filler = []
+    while len(head) + sum(map(len, filler)) < secrets_at:  # frames of up to 65,000 bytes, so that it ends there
+        size = min(65000, secrets_at - len(head) - sum(map(len, filler)) - 32) // 4 * 4
+        filler.append(packet(packets[0].ts, b"\x02" * 12 + b"\x90\x00" + bytes(max(size, 16) - 14)))
+    return b"".join([head, *filler, secrets, *(packet(ts, frame) for ts, frame in packets),
+                     secrets[:len(secrets) // 2] if cut_secrets else b""])
+
+
+MIB = 1 << 20  # how much of a file the secrets reader takes at a time
+
+
+@pytest.mark.parametrize("secrets_at, cut_secrets", [(0, False), (MIB - 1000, False), (MIB - 4, False),
+                                                     (3 * MIB, True)])
+def test_secrets_anywhere_in_a_pcapng_decrypt_it(secrets_at, cut_secrets, tmp_path):
+    name = TLS_CAPTURES[0]
+    pcapng = tmp_path / "with-secrets.pcapng"
+    pcapng.write_bytes(pcapng_with_secrets(load_capture(name), secrets_at, cut_secrets))
+    result = CliRunner().invoke(main, ["decode", "--json", "-j", "1", str(pcapng)], env=NO_KEYS_ENV)
+    assert messages([json.loads(line) for line in result.stdout.splitlines()]) == messages(with_keys(name))
+    assert ("capture ends inside the block" in result.stderr) == cut_secrets
 
 
 @pytest.mark.parametrize("name", TLS_CAPTURES)

@@ -20,6 +20,7 @@ from kafkasniff.protocol import _walk
 from kafkasniff.protocol.messages import (all_versions, decode_request, decode_response, decode_response_for_request,
                                           json_body, tree_text)
 from kafkasniff.protocol.program import ROLES
+from kafkasniff.protocol.walker import JSON_FLUSH_BYTES
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 from tests.capture_manifest import CAPTURES_DIR, capture_names
@@ -208,3 +209,31 @@ def test_spark_record_rows_of_legacy_message_sets(magic, codec):
     assert rows == _rows_from_fields(full.body)
     assert [(topic, partition, offset, key, value, row_codec) for topic, _, partition, offset, _, key, value, _,
             row_codec, *_ in rows] == [("old", 3, 40, 2, 5, codec), ("old", 3, 41, None, 6, codec)]
+
+
+def _big_records_message() -> tuple[MessageEvent, int]:
+    """The first message of confluent_codecs.pcap whose records make more JSON than one write takes."""
+    with open_capture(str(CAPTURES_DIR / "confluent_codecs.pcap")) as reader:
+        for ev in Analyzer().run(reader.segments()):
+            if type(ev) is MessageEvent and ev.message.records and len(ev.payload) > JSON_FLUSH_BYTES:
+                return ev
+    raise AssertionError("no big message with records")
+
+
+@pytest.mark.parametrize("view", ["json", "tree"])
+def test_a_failed_write_ends_the_walk_with_its_own_exception(view):
+    """Once, the walk closed what it had opened after `write` raised (BrokenPipeError: `| head`), and flushed
+    again with the exception pending: `decode --json | head -1` ended in a SystemError traceback."""
+    ev = _big_records_message()
+    calls = []
+
+    def write(*text):
+        calls.append(len(text[0]))
+        raise BrokenPipeError("the reader went away")
+
+    with pytest.raises(BrokenPipeError, match="the reader went away"):
+        if view == "json":
+            json_body(ev.message, ev.payload, None, write)
+        else:
+            tree_text(ev.message, ev.payload, None, False, False, None, None, write)
+    assert len(calls) == 1

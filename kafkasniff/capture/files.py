@@ -22,6 +22,7 @@ import stat
 import sys
 import zlib
 from collections.abc import Iterator
+from itertools import chain
 from struct import Struct
 
 from kafkasniff.capture import _headers
@@ -99,6 +100,20 @@ class CaptureReader:
             return self.total_size
         return self._raw.raw.tell()
 
+    def estimated_packets(self, sample_bytes: int = 4 << 20) -> int:
+        """How many packets the file holds, counted in its first `sample_bytes` (on disk) and extrapolated:
+        whether a decode is worth sharing out depends on packets more than bytes. 0 for a pipe."""
+        if self.streaming:
+            return 0
+        with open_capture(self.path) as sample:
+            count = 0
+            for frames in sample._records(parse=False):
+                count += len(frames)
+                if sample.position >= sample_bytes:
+                    break
+            read = sample.position
+        return count if read >= self.total_size else count * self.total_size // max(read, 1)
+
     def _read_magic(self) -> bytes:
         what = "gzip-compressed data" if self.compressed else "input" if self.path == STDIN else "file"
         try:
@@ -118,18 +133,23 @@ class CaptureReader:
 
     def frames(self) -> Iterator[tuple[float, int, bytes, int]]:
         """Yield (timestamp, link type, frame bytes, original length) for each record."""
-        return self._records(parse=False)
+        return chain.from_iterable(self._records(parse=False))
 
     def segments(self) -> Iterator[TcpSegment]:
         """Yield the TCP segment of each record that holds one; others are counted in `skipped`."""
+        return chain.from_iterable(self.segment_batches())
+
+    def segment_batches(self) -> Iterator[list[TcpSegment]]:
+        """`segments()` a list at a time (those of each chunk read): a loop over millions of packets
+        pays for resuming a generator once per chunk instead of once per packet."""
         return self._records(parse=True)
 
-    def _records(self, parse: bool) -> Iterator:
+    def _records(self, parse: bool) -> Iterator[list]:
         batches = self._pcapng_batches(parse) if self.format == "pcapng" else self._pcap_batches(parse)
         try:
             for items, records in batches:
                 self.frames_read += records
-                yield from items
+                yield items
         except EOFError:  # gzip member cut short
             self._warn(f"compressed data ends early after {self.frames_read} records (file truncated?)")
         except (OSError, zlib.error) as error:

@@ -1,6 +1,7 @@
 """TLS key log text embedded in a pcapng capture: its Decryption Secrets Blocks (`editcap --inject-secrets`).
 
-Read once per file, before its packets, by walking the block headers (block bodies are skipped unread).
+Read once per file, before its packets, by walking the block headers in chunks read in order (block bodies
+other than secrets are never looked at).
 """
 
 from __future__ import annotations
@@ -29,29 +30,42 @@ def tls_key_log_text(path: str | os.PathLike) -> bytes:
         return b""
 
 
+CHUNK = 1 << 20
+_HEAD = {"<": struct.Struct("<II"), ">": struct.Struct(">II")}  # block type, block length
+
+
 def _secrets(stream):
-    """Walks the blocks from one block start to the next (forward seeks only: cheap in gzip too)."""
+    """The key log texts of the secrets blocks, walking the blocks a chunk at a time: a capture has a block per
+    packet, and a seek and a read for each took longer than the rest of decoding a small packet."""
     order = "<"
-    at = 0
+    buf = stream.read(CHUNK)
+    at = 0  # in buf
+    if len(buf) < 8 or struct.unpack_from("<I", buf)[0] != SECTION_HEADER:
+        return
     while True:
-        stream.seek(at)
-        head = stream.read(12)
-        if len(head) < 8:
-            return
-        kind = struct.unpack_from(order + "I", head)[0]
-        if at == 0 and struct.unpack_from("<I", head)[0] != SECTION_HEADER:
-            return
-        if kind == SECTION_HEADER:
-            if len(head) < 12:
+        if len(buf) - at < 12:
+            rest = stream.read(CHUNK)
+            if not rest and len(buf) - at < 8:
                 return
-            order = "<" if struct.unpack_from("<I", head, 8)[0] == BYTE_ORDER_MAGIC else ">"
-        length = struct.unpack_from(order + "I", head, 4)[0]
+            buf, at = buf[at:] + rest, 0
+        kind, length = _HEAD[order].unpack_from(buf, at)
+        if kind == SECTION_HEADER:
+            if len(buf) - at < 12:
+                return
+            order = "<" if struct.unpack_from("<I", buf, at + 8)[0] == BYTE_ORDER_MAGIC else ">"
+            length = _HEAD[order].unpack_from(buf, at)[1]
         if length < 12 or length % 4:
             return
-        if kind == DECRYPTION_SECRETS and length <= MAX_SECRETS + 20 and len(head) == 12:
-            secrets_type = struct.unpack_from(order + "I", head, 8)[0]
-            size = struct.unpack(order + "I", stream.read(4))[0]
+        if kind == DECRYPTION_SECRETS and length <= MAX_SECRETS + 20:
+            if len(buf) - at < length:  # the whole block (at most MAX_SECRETS), or what the file holds of it
+                buf, at = buf[at:] + stream.read(length - (len(buf) - at)), 0
+            if len(buf) - at < 16:
+                return
+            secrets_type, size = _HEAD[order].unpack_from(buf, at + 8)
             if secrets_type == TLS_KEY_LOG and size <= length - 20:
-                text = stream.read(size)
+                text = buf[at + 16:at + 16 + size]  # cut short when the file is: its whole lines still count
                 yield text if text.endswith(b"\n") else text + b"\n"
         at += length
+        if at > len(buf):  # the rest of a block bigger than what is buffered: skipped unread
+            stream.seek(at - len(buf), os.SEEK_CUR)
+            buf, at = b"", 0

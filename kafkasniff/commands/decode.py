@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from itertools import chain
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 import click
@@ -26,8 +27,11 @@ if TYPE_CHECKING:
 
 # Smaller captures decode in a moment: a bar would only flicker.
 PROGRESS_MIN_BYTES = 8 << 20
-PROGRESS_EVERY = 512  # segments between progress updates
 PARALLEL_MIN_BYTES = 8 << 20
+# ... and packets: the workers save a few microseconds of the main process's time per packet, and every byte of
+# the streams crosses a pipe to them. A capture of big messages (records-heavy: 64 MB in 3,500 packets) decodes
+# faster in one process, whose one-line view reads only the batches' headers (0.12 s against 0.22 s).
+PARALLEL_MIN_PACKETS = 50_000
 MAX_AUTO_JOBS = 4  # beyond that, reading and reassembling in the parent is the limit
 # A capture through a pipe: how long the decoding waits for a segment before it looks for a stop
 # signal and lets capture time pass; and how many segments read ahead may wait for it.
@@ -100,12 +104,12 @@ def wants_progress(stderr, total_size: int) -> bool:
     return total_size >= PROGRESS_MIN_BYTES and stderr.isatty()
 
 
-def _with_progress(reader: CaptureReader, segments: Iterable[TcpSegment], progress: Progress) -> Iterator[TcpSegment]:
+def _with_progress(reader: CaptureReader, batches: Iterable[list[TcpSegment]],
+                   progress: Progress) -> Iterator[list[TcpSegment]]:
     task = progress.add_task(os.path.basename(reader.path), total=reader.total_size)
-    for n, segment in enumerate(segments, 1):
-        if n % PROGRESS_EVERY == 0:
-            progress.update(task, completed=reader.position)
-        yield segment
+    for batch in batches:  # the segments of a chunk read
+        yield batch
+        progress.update(task, completed=reader.position)
     progress.update(task, completed=reader.total_size)
 
 
@@ -122,10 +126,10 @@ def decode_file(reader: CaptureReader, output: Output, ports, jobs: int = 1, key
         return
     show_progress = wants_progress(sys.stderr, reader.total_size)
     if jobs > 1 and output.renders_apart:
-        decode_parallel(lambda: _segments(reader, show_progress), output, make_analyzer, jobs)
+        decode_parallel(lambda: _segment_batches(reader, show_progress), output, make_analyzer, jobs)
         return
     analyzer = make_analyzer()
-    for ev in analyzer.run(_segments(reader, show_progress)):
+    for ev in analyzer.run(chain.from_iterable(_segment_batches(reader, show_progress))):
         output.emit(ev)
 
 
@@ -238,9 +242,9 @@ class FileLabels:
         return sys.stdout.isatty()
 
 
-def _segments(reader: CaptureReader, show_progress: bool) -> Iterator[TcpSegment]:
+def _segment_batches(reader: CaptureReader, show_progress: bool) -> Iterator[list[TcpSegment]]:
     if not show_progress:
-        yield from reader.segments()
+        yield from reader.segment_batches()
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -250,13 +254,13 @@ def _segments(reader: CaptureReader, show_progress: bool) -> Iterator[TcpSegment
                         console=Console(file=sys.stderr), transient=True, redirect_stdout=sys.stdout.isatty(),
                         redirect_stderr=False)
     with progress:
-        yield from _with_progress(reader, reader.segments(), progress)
+        yield from _with_progress(reader, reader.segment_batches(), progress)
 
 
 def default_jobs(reader: CaptureReader, options: OutputOptions) -> int:
     """Small captures decode in a moment in one process: only big ones are worth the workers' start."""
     cores = usable_cores()
-    if reader.total_size < PARALLEL_MIN_BYTES or cores == 1:
+    if reader.total_size < PARALLEL_MIN_BYTES or cores == 1 or reader.estimated_packets() < PARALLEL_MIN_PACKETS:
         return 1
     if options.view != "line":
         return min(cores, MAX_AUTO_JOBS)  # the workers write JSON: they do the most, one per core

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Iterable
 
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.render.output import Output
+from kafkasniff.engine.share import handle_all, share_out
 from kafkasniff.stream.analyzer import Analyzer
-from kafkasniff.stream import tcp
-from kafkasniff.stream.tcp import StreamData, TcpReassembler
+from kafkasniff.stream.tcp import TcpReassembler
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -48,44 +48,7 @@ WORKER_NICENESS = 10
 
 # TCP events travel to the workers as tuples of plain values, (event number, kind, content...):
 # pickled in C, with no named tuples to reduce and rebuild (a Python call each), and handed to the
-# Analyzer method of their kind. A direction's own end tells the Analyzer nothing and is not sent.
-_DATA, _OPENED, _GAP, _ENDED, _LATE = range(5)
-
-
-def _plain(number: int, ev) -> tuple | None:
-    kind = type(ev)
-    if kind is StreamData:
-        conn, direction, _, data, ts = ev
-        return number, _DATA, conn.stream, direction, data, ts
-    conn = ev.conn
-    if kind is tcp.ConnectionOpened:
-        return number, _OPENED, conn.stream, *conn.a, *conn.b, ev.client_guess is not None
-    if kind is tcp.Gap:
-        return number, _GAP, conn.stream, ev.direction, ev.size, ev.ts
-    if kind is tcp.LateData:
-        return number, _LATE, conn.stream, ev.direction, ev.offset, ev.size, ev.ts
-    if ev.direction == tcp.BOTH:
-        return number, _ENDED, conn.stream, ev.ts
-    return None
-
-
-def _handle_plain(analyzer: Analyzer, item: tuple) -> list:
-    kind = item[1]
-    if kind == _DATA:
-        _, _, stream, direction, data, ts = item
-        return analyzer.stream_data(stream, direction, data, ts)
-    if kind == _OPENED:
-        _, _, stream, a_ip, a_port, b_ip, b_port, from_start = item
-        analyzer.opened(stream, tcp.Endpoint(a_ip, a_port), tcp.Endpoint(b_ip, b_port), from_start)
-        return []
-    if kind == _GAP:
-        _, _, stream, direction, size, ts = item
-        return analyzer.gap(stream, direction, size, ts)
-    if kind == _LATE:
-        _, _, stream, direction, offset, size, ts = item
-        return analyzer.late(stream, direction, offset, size, ts)
-    _, _, stream, ts = item
-    return analyzer.ended(stream, ts)
+# Analyzer method of their kind (share.pyx, compiled: every event passes through it).
 
 
 class WorkerFailed(RuntimeError):
@@ -120,15 +83,7 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
         watermark = None
         while watermark != END:
             watermark, events = pickle.loads(inbox.recv_bytes())
-            items = []
-            for item in events:
-                number = item[0]
-                rank = 0
-                for ev in _handle_plain(analyzer, item):
-                    rendered = render(ev)
-                    if rendered is not None:
-                        items.append((number, rank, *rendered))
-                        rank += 1
+            items = handle_all(analyzer, events, render)
             results.send_bytes(pickle.dumps((watermark, items), pickle.HIGHEST_PROTOCOL))
     except BaseException:
         with contextlib.suppress(OSError):
@@ -186,7 +141,7 @@ class _Merger:
 
 
 def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: int) -> None:
-    """Decode on `jobs` workers. `segments_after_start()` gives the segments; it is called once
+    """Decode on `jobs` workers. `segments_after_start()` gives the segments, a list at a time; it is called once
     the workers are running, so whatever starts threads (a progress bar) starts after the fork."""
     import multiprocessing
 
@@ -210,12 +165,9 @@ def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: i
         raise merger.error
 
 
-def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _Merger) -> None:
+def _share_out(segments: Iterable[list[TcpSegment]], workers: list[_Worker], merger: _Merger) -> None:
     """Reassemble TCP here; send each event to the worker of its connection, in batches."""
-    reassembler = TcpReassembler()
     batches: list[list] = [[] for _ in workers]
-    count = len(workers)
-    number = 0
 
     def send(watermark: int) -> None:
         for w, batch in zip(workers, batches):
@@ -223,30 +175,10 @@ def _share_out(segments: Iterable[TcpSegment], workers: list[_Worker], merger: _
             batch.clear()
 
     try:
-        pending = pending_bytes = 0
-        for segment in segments:
-            events = reassembler.feed(segment)
-            if not events:
-                continue
-            for ev in events:
-                item = _plain(number, ev)
-                if item is not None:
-                    batches[item[2] % count].append(item)
-                    if item[1] == _DATA:
-                        pending_bytes += len(item[4])
-                number += 1
-            pending += len(events)
-            if pending >= BATCH_EVENTS or pending_bytes >= BATCH_BYTES:
-                if merger.error is not None:
-                    return  # the merger has stopped, and has the reason
-                send(number - 1)
-                pending = pending_bytes = 0
-        for ev in reassembler.flush():
-            item = _plain(number, ev)
-            if item is not None:
-                batches[item[2] % count].append(item)
-            number += 1
-        send(END)
+        # the merger stops on a worker's failure, and has the reason
+        if share_out(segments, TcpReassembler(), batches, send, lambda: merger.error is not None, BATCH_EVENTS,
+                     BATCH_BYTES):
+            send(END)
     except (BrokenPipeError, ConnectionResetError):
         merger.thread.join(timeout=5)  # a worker went away: the merger hears why
         if merger.error is None:

@@ -25,6 +25,10 @@ from kafkasniff.stream.session cimport MessageEvent
 NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 # Stands for the topics list in JSON rendered by a parallel worker; a topic cannot be named so (NUL).
 TOPICS_PLACEHOLDER = "\x00topics\x00"
+# --json with workers: a message carrying records in this many bytes or more is sent to the parent as it is
+# (pickled: its payload, compressed batches included) and rendered there, as it is written: its JSON can be ten
+# times the payload, and copying it through pipes and pickles cost more than making it.
+RENDERED_BY_PARENT = 16384
 _SLOT_BYTES = TOPICS_SLOT.encode()
 OUTPUT_BLOCK = 1 << 16  # bytes of output gathered before they are written
 cdef frozenset _RECORD_APIS = record_apis()
@@ -66,6 +70,14 @@ cdef bint learns_or_shows_topics(MessageEvent ev) except -1:
         if mention[0] is not None and mention[1] is not None:
             return True
     return False
+
+
+cdef bint _names_only(list mentions):
+    """Whether no mention (of `event_mentions`) has a topic id: then they resolve the same anywhere."""
+    for mention in mentions:
+        if mention is not None and mention[1] is not None:
+            return False
+    return True
 
 
 cdef list event_mentions(MessageEvent ev):
@@ -216,15 +228,38 @@ cdef class Output:
         mentions = None
         if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
+            if _names_only(mentions):  # nothing to learn or look up: the topics are final here
+                topics = self._resolve(mentions)
+                if self._by_topic and self.options.topics.isdisjoint(topics):
+                    return None
+                if self._json_view:
+                    if (<MessageEvent>ev).message.records and len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
+                        return ev, mentions
+                    return self.json_line(ev, self._show_secrets, topics), None
+                return message_row(ev, topics), None
         if self._json_view:
-            topics = [TOPICS_PLACEHOLDER] if type(ev) is MessageEvent else None
-            return self.json_line(ev, self._show_secrets, topics), mentions
+            if type(ev) is MessageEvent:
+                if (<MessageEvent>ev).message.records and len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
+                    return ev, mentions
+                return self.json_line(ev, self._show_secrets, [TOPICS_PLACEHOLDER]), mentions
+            return self.json_line(ev, self._show_secrets, None), mentions
         return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
-        """Write rendered events, in capture order."""
+        """Write rendered events, in capture order: (line, mentions) each, or (event, mentions) for an event the
+        parent renders (RENDERED_BY_PARENT)."""
+        cdef object line
         chunks = []
         for line, mentions in rendered:
+            if type(line) is MessageEvent:
+                topics = self._resolve(mentions)
+                if self.options.topics and self.options.topics.isdisjoint(topics):
+                    continue
+                self.write_bytes(b"".join(chunks))
+                chunks.clear()
+                self.shown += 1
+                self.write_bytes(self.json_line(line, self._show_secrets, topics, self.write_bytes))
+                continue
             if mentions is not None:
                 topics = self._resolve(mentions)
                 if self.options.topics and self.options.topics.isdisjoint(topics):

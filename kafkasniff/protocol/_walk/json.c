@@ -73,6 +73,10 @@ static int member(Walker *w, Json *j, int name) {
 /* Hand the text so far to `write` once there is enough; only between whole items (a record, a batch, a struct,
  * an array), never while an "_unknown_tags" object may still grow or an embedded schema be taken back. */
 static int flush(Json *j) {
+    /* After a failed write the walk still closes what it opened: nothing more goes to `write` then (it would
+     * be called with its exception pending), and the exception is what the walk ends with. */
+    if (PyErr_Occurred())
+        return -1;
     if (j->write == NULL || j->out.len < j->flush_at || j->pending_inserts || j->tentative)
         return 0;
     PyObject *chunk = PyBytes_FromStringAndSize(j->out.data, j->out.len);

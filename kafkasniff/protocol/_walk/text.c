@@ -870,6 +870,10 @@ const Builder text_builder = {g_fixed, g_text, g_array_begin, g_array_null, g_ar
 #define SPACE "    "
 
 static int flush(Text *t) {
+    /* After a failed write the walk still closes what it opened: nothing more goes to `write` then (it would
+     * be called with its exception pending), and the exception is what the walk ends with. */
+    if (PyErr_Occurred())
+        return -1;
     if (t->write == NULL || t->out.len < t->flush_at)
         return 0;
     PyObject *text = PyBytes_FromStringAndSize(t->out.data, t->out.len);
