@@ -466,8 +466,8 @@ def _epoch_assignment(assignment: dict) -> Assignment:
 
 def named(assignment: Assignment | None, by_id: dict[str, str]) -> Assignment | None:
     """The assignment with its topic ids named (those the capture names), by topic name."""
-    if assignment is None:
-        return None
+    if assignment is None or not any(topic in by_id for topic in assignment):
+        return assignment  # (classic assignments name their topics)
     out: Assignment = {}
     for topic, partitions in assignment.items():
         out.setdefault(by_id.get(topic, topic), []).extend(partitions)

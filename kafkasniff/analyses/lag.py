@@ -176,10 +176,13 @@ class LagTracker:
                 self.end_offset(p.topic, p.partition, high_watermark, s.ts)
             last_stable = facts.get("last_stable_offset", -1)
             if replica < 0:
-                traffic = self._traffic(p.topic, p.partition)
+                traffic = self.traffic.get((p.topic, p.partition)) or self._traffic(p.topic, p.partition)
                 traffic.fetch_responses += 1
                 traffic.fetched_bytes += facts.get("records_bytes", 0)
-                traffic.fetched_records += sum(batch[2] for batch in p.batches or () if not batch[3])
+                if p.batches:
+                    for batch in p.batches:
+                        if not batch[3]:  # (control records are transaction markers, not data)
+                            traffic.fetched_records += batch[2]
                 if high_watermark >= 0:
                     traffic.high_watermark, traffic.last_stable_offset = high_watermark, last_stable
                     traffic.high_watermark_at = s.ts

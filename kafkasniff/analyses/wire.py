@@ -73,12 +73,12 @@ def seen(ev: MessageEvent, connection=None) -> Seen | None:
     m = ev.message
     mentions = m.mentions
     pairs = [(topic_id, name) for name, topic_id, _, _ in mentions
-             if name is not None and topic_id is not None] if mentions else []
+             if name is not None and topic_id is not None] if mentions else _NONE
     read = m.api_key in (ANALYSED_APIS if m.kind == "response" else REQUESTS_READ_ALONE)
     if not read and not pairs:
         return None
     api_key = m.api_key
-    body, root, found = _read(ev) if read else (None, {}, [])
+    body, root, found = _read(ev) if read else _NOTHING_READ
     request = ev.request
     if m.kind == "request":
         client_id, asked = m.client_id, None
@@ -86,10 +86,18 @@ def seen(ev: MessageEvent, connection=None) -> Seen | None:
         client_id, asked = None, None
     else:
         client_id = request.message.client_id
-        asked = Asked(request.ts, *_read(request)) if read else None
-    return Seen(ev.ts, ev.conn if connection is None else connection, ev.conn.client, client_id,
-                m.kind, api_key, m.malformed is not None, m.errors if api_key in BODY_APIS else [], body, root,
-                found, pairs, asked)
+        asked = _new(Asked, (request.ts, *_read(request))) if read else None
+    return _new(Seen, (ev.ts, ev.conn if connection is None else connection, ev.conn.client, client_id, m.kind,
+                       api_key, m.malformed is not None, m.errors if api_key in BODY_APIS else _NONE, body, root,
+                       found, pairs, asked))
+
+
+# A Seen is made for most messages of `--stats` and `lag`: made as tuples are, without the named tuple's Python
+# constructor; what it holds is never changed, so the empty parts can be shared.
+_new = tuple.__new__
+_NONE: tuple = ()
+_NO_FACTS: dict = {}
+_NOTHING_READ = (None, _NO_FACTS, _NONE)
 
 
 def _read(ev: MessageEvent) -> tuple[dict | None, dict, list]:
@@ -102,7 +110,7 @@ def _read(ev: MessageEvent) -> tuple[dict | None, dict, list]:
         if m.api_key in PARTITION_APIS:
             root, found = partition_facts(m, ev.payload)
             return None, root, found
-    return None, {}, []
+    return _NOTHING_READ
 
 
 def partitions(s: Seen | Asked | None, names: TopicNames) -> tuple[dict, list[Partition]]:
