@@ -73,8 +73,8 @@ class MemberInfo:
     # KIP-848 and share groups
     assignment: Assignment | None = None   # the latest assignment given (topics by id)
     answered_at: float | None = None       # its last heartbeat answered with an epoch
-    errors: Counter = field(default_factory=Counter)  # errors its heartbeats got since then,
-    errors_in: Rebalance | None = None     # counted in this rebalance
+    errors: Counter = field(default_factory=Counter)  # what its heartbeats were told since then
+    errors_in: Rebalance | None = None     # the rebalance those errors count towards
     rejoining: Trigger | None = None       # its heartbeat at epoch 0, until answered
 
     def label(self) -> str:
@@ -393,7 +393,8 @@ class GroupTracker:
             gen.assignor = group.server_assignor
             for mid in group.current:
                 known = group.member(mid)
-                gen.members[mid], gen.subscriptions[mid], gen.hosts[mid] = known.assignment, known.subscription, known.host
+                gen.members[mid], gen.subscriptions[mid] = known.assignment, known.subscription
+                gen.hosts[mid] = known.host
         elif epoch == gen.generation and rejoining is not None and rejoining in group.pending.triggers:
             # Given its place back at the group's epoch: its rejoining started no rebalance.
             group.pending.triggers.remove(rejoining)

@@ -13,7 +13,7 @@ where the work is, stays spread over the tasks:
   group APIs, partition facts without records, a few hundred bytes), keyed by the capture position of
   the segment that completed it (time, file, index, and a sequence number for messages ending in the same
   segment; messages only the connection's end releases come after every segment, in connection order),
-  and stages them sorted by that key (`StagedSeen`);
+  and stages them sorted by that key (`StagedSeen`, which holds a task's until the task ends);
 - one task of the finishing job merges the staged files in key order, one batch of each at a time
   (memory bounded by the number of decode tasks, not the run), feeds one Insight, and writes both tables.
 

@@ -5,9 +5,9 @@ OUT/_staging-RUN/ (a name Spark and other readers skip). Once the run's connecti
 numbered and its topic ids named, one finishing task per staged file adds `stream`, names the
 topic ids, makes timestamps of microseconds and writes OUT/TABLE/date=YYYY-MM-DD/part-*.parquet,
 which Spark reads with `date` as a partition column. The analysed tables (`groups`, `partitions`)
-are written whole by the one task that runs the analyses (`write_rows`): OUT/TABLE/part-00000.parquet. OUT is a local path (on a cluster, one
-every executor sees at the same place) or a URI of a file system pyarrow has: hdfs://, s3://
-(s3a:// is taken as s3://), gs://.
+are written whole by the one task that runs the analyses (`write_rows`), as
+OUT/TABLE/part-00000.parquet. OUT is a local path (on a cluster, one every executor sees at the
+same place) or a URI of a file system pyarrow has: hdfs://, s3:// (s3a:// is taken as s3://), gs://.
 """
 
 from __future__ import annotations
