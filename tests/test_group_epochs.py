@@ -2,7 +2,8 @@
 the test broker (Tansu 0.6) does not implement: their conversations are built here with the project's encoder,
 heartbeat by heartbeat as Apache Kafka's group coordinator answers them (member epochs, target assignments handed
 out as the partitions are revoked, members removed and fenced), and `kafkasniff groups` must tell each generation
-exactly: members, assignments with topic ids named by the capture's Metadata, causes, errors and events.
+exactly: members, assignments with topic ids named by the capture's Metadata, causes, errors and events. Then
+heartbeats in any order, as damaged or hostile traffic would have them, must still give a timeline.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
 
 from pcapkit import TcpConversation, merged, write_pcap
+from kafkasniff.analyses.insight import Insight
+from kafkasniff.analyses.wire import Asked, Seen
 from kafkasniff.cli import main
 from kafkasniff.protocol.encoder import encode_request, encode_response
+from kafkasniff.render.insight import group_tables
+from kafkasniff.render.tables import table_text
 
 T0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC
 BROKER = ("10.0.0.2", 9092)
@@ -348,3 +354,39 @@ def test_fetches_count_towards_the_group_whose_epoch_gives_the_partitions(captur
              c["last"]["lag"]) for c in consumers] == [
         ("orders-app", "orders-c1", "orders", 0, 2, 40, 5), ("orders-app", "orders-c1", "orders", 1, 2, 38, 7),
         ("orders-app", "orders-c2", "orders", 2, 2, 41, 4)]
+
+
+# --- any order of heartbeats ---------------------------------------------------------------------------------
+
+HEARTBEATS = st.lists(st.tuples(
+    st.sampled_from([CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT]), st.sampled_from([M1, M2, M3, ""]),
+    st.integers(-2, 6),                                                     # the request's epoch
+    st.one_of(st.integers(-2, 8), st.sampled_from([UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH]).map(lambda e: -e)),
+    st.one_of(st.none(), st.dictionaries(st.sampled_from([ORDERS, JOBS]), st.lists(st.integers(0, 3), max_size=3))),
+    st.one_of(st.none(), st.lists(st.sampled_from(["orders", "jobs"]), max_size=2))), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(HEARTBEATS)
+def test_heartbeats_in_any_order_give_a_timeline(heartbeats):
+    """Epochs up and down, errors, members leaving and coming back in any order: the analysis keeps a timeline
+    it can show, each generation's members given their epoch no earlier than it formed."""
+    insight = Insight()
+    for n, (api, member_id, epoch, answer, given_partitions, topics) in enumerate(heartbeats):
+        ts = T0 + n
+        request = {"group_id": "g", "member_id": member_id, "member_epoch": epoch, "subscribed_topic_names": topics}
+        response = ({"error_code": -answer, "member_id": None, "member_epoch": 0} if answer < -8 else
+                    {"error_code": 0, "member_id": member_id or M1, "member_epoch": answer, "assignment":
+                     None if given_partitions is None else {"topic_partitions": [
+                         {"topic_id": topic_id, "partitions": p} for topic_id, p in given_partitions.items()]}})
+        common = (("10.0.0.9", 50000 + n % 3), "c", "request", api, False, (), request, {}, (), (), None)
+        insight.take(Seen(ts, n % 3, *common))
+        insight.take(Seen(ts + 0.5, n % 3, common[0], "c", "response", api, False,
+                          [-answer] if answer < -8 else [], response, {}, (), (), Asked(ts, request, {}, ())))
+    found = insight.groups.to_json()
+    for group in found:
+        for gen in group["generations"]:
+            assert all(m["assigned_at"] is None or m["assigned_at"] >= gen["formed"] for m in gen["members"])
+            assert gen["completed"] is None or gen["completed"] >= gen["formed"]
+    assert len(insight.group_rows()) >= len(found)
+    assert all(table_text(table) for table in group_tables(insight.groups))
