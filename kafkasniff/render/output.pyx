@@ -29,6 +29,9 @@ TOPICS_PLACEHOLDER = "\x00topics\x00"
 # (pickled: its payload, compressed batches included) and rendered there, as it is written: its JSON can be ten
 # times the payload, and copying it through pipes and pickles cost more than making it.
 RENDERED_BY_PARENT = 16384
+# What a worker renders of a message a filter drops that names topic ids: nothing but its mentions, for the parent
+# to learn the names from, as one process does whatever it shows (a bool: it stays itself through pickling).
+LEARN_ONLY = False
 _SLOT_BYTES = TOPICS_SLOT.encode()
 OUTPUT_BLOCK = 1 << 16  # bytes of output gathered before they are written
 cdef frozenset _RECORD_APIS = record_apis()
@@ -72,6 +75,18 @@ cdef bint learns_or_shows_topics(MessageEvent ev) except -1:
     return False
 
 
+cdef bint _teaches(list mentions):
+    """Whether a mention (of `event_mentions`) gives a topic's name and id together."""
+    for mention in mentions:
+        if mention is not None and mention[0] is not None and mention[1] is not None:
+            return True
+    return False
+
+
+cdef bint _rendered_by_parent(MessageEvent ev):
+    return ev.message.records and len(ev.payload) >= RENDERED_BY_PARENT
+
+
 cdef bint _names_only(list mentions):
     """Whether no mention (of `event_mentions`) has a topic id: then they resolve the same anywhere."""
     for mention in mentions:
@@ -100,6 +115,7 @@ cdef class Output:
     cdef readonly object topic_names, stats, json_line, tree
     # The options, as the per-event paths test them
     cdef bint _line_view, _json_view, _prints_events, _show_secrets, _filters, _by_topic
+    cdef object _event_facts  # --stats: render/stats.event_facts
 
     def __init__(self, options: OutputOptions, out: TextIO | None = None):
         self.options = options
@@ -115,11 +131,12 @@ cdef class Output:
         self._filters = bool(options.apis or options.topics or options.client_ids or options.streams or
                              options.errors_only)
         self._by_topic = bool(options.topics)
-        self.stats = None
+        self.stats = self._event_facts = None
         if options.stats:
-            from kafkasniff.render.stats import Stats
+            from kafkasniff.render.stats import Stats, event_facts
 
             self.stats = Stats()
+            self._event_facts = event_facts
         self.json_line = None
         if options.view == "json":
             from kafkasniff.render.jsonview import event_line as json_line
@@ -215,63 +232,78 @@ cdef class Output:
 
     @property
     def renders_apart(self) -> bool:
-        """Whether this view can be rendered by workers: one line or JSON, without --stats."""
-        return self.options.view in ("line", "json") and not self.options.stats
+        """Whether this view can be rendered by workers: one line or JSON (--stats too: workers make each event's
+        facts, the parent counts them)."""
+        return self.options.view in ("line", "json")
 
     cpdef tuple render(self, ev):
-        """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it.
+        """(UTF-8 line, topic mentions, --stats facts) of an event, or None when a filter other than --topic drops
+        it (LEARN_ONLY and the mentions, when they name topic ids). The line is None when only --stats is shown,
+        and the event itself when the parent renders it (RENDERED_BY_PARENT).
 
         A JSON line holds TOPICS_PLACEHOLDER, a one-line view's line TOPICS_SLOT, where `deliver` puts the
         resolved topics."""
         if not self.wanted_apart_from_topics(ev):
+            if type(ev) is MessageEvent:
+                mentions = event_mentions(ev)
+                if _teaches(mentions):  # not shown, but its (topic id, name) pairs name ids in later messages
+                    return LEARN_ONLY, mentions, None
             return None
+        facts = self._event_facts(ev) if self._event_facts is not None else None
+        cdef bint message = type(ev) is MessageEvent
         mentions = None
-        if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
+        if message and (self._by_topic or self._json_view or self.stats is not None or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
-            if _names_only(mentions):  # nothing to learn or look up: the topics are final here
+            # with nothing to learn or look up, the topics are final here (--stats counts them in the parent)
+            if facts is None and _names_only(mentions):
                 topics = self._resolve(mentions)
                 if self._by_topic and self.options.topics.isdisjoint(topics):
                     return None
                 if self._json_view:
-                    if (<MessageEvent>ev).message.records and len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
-                        return ev, mentions
-                    return self.json_line(ev, self._show_secrets, topics), None
-                return message_row(ev, topics), None
+                    if _rendered_by_parent(ev):
+                        return ev, mentions, None
+                    return self.json_line(ev, self._show_secrets, topics), None, None
+                return message_row(ev, topics), None, None
+        if not self._prints_events:
+            return None, mentions, facts
         if self._json_view:
-            if type(ev) is MessageEvent:
-                if (<MessageEvent>ev).message.records and len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
-                    return ev, mentions
-                return self.json_line(ev, self._show_secrets, [TOPICS_PLACEHOLDER]), mentions
-            return self.json_line(ev, self._show_secrets, None), mentions
-        return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions
+            if message:
+                if _rendered_by_parent(ev):
+                    return ev, mentions, facts
+                return self.json_line(ev, self._show_secrets, [TOPICS_PLACEHOLDER]), mentions, facts
+            return self.json_line(ev, self._show_secrets, None), mentions, facts
+        return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions, facts
 
-    def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
-        """Write rendered events, in capture order: (line, mentions) each, or (event, mentions) for an event the
-        parent renders (RENDERED_BY_PARENT)."""
+    def deliver(self, rendered: list[tuple]) -> None:
+        """Count and write rendered events (`render`), in capture order."""
         cdef object line
         chunks = []
-        for line, mentions in rendered:
-            if type(line) is MessageEvent:
+        for line, mentions, facts in rendered:
+            topics = None
+            if mentions is not None:
                 topics = self._resolve(mentions)
-                if self.options.topics and self.options.topics.isdisjoint(topics):
+                if line is LEARN_ONLY:
                     continue
+                if self._by_topic and self.options.topics.isdisjoint(topics):
+                    continue
+            self.shown += 1
+            if facts is not None:
+                self.stats.count(facts, topics)
+            if line is None:
+                continue
+            if type(line) is MessageEvent:
                 self.write_bytes(b"".join(chunks))
                 chunks.clear()
-                self.shown += 1
                 self.write_bytes(self.json_line(line, self._show_secrets, topics, self.write_bytes))
                 continue
             if mentions is not None:
-                topics = self._resolve(mentions)
-                if self.options.topics and self.options.topics.isdisjoint(topics):
-                    continue
-                if self.options.view == "json":
+                if self._json_view:
                     import orjson
 
                     line = line.replace(orjson.dumps([TOPICS_PLACEHOLDER]), orjson.dumps(list(topics)), 1)
                 else:
                     line = line.replace(_SLOT_BYTES, topics_row(topics), 1)
             chunks.append(line)
-        self.shown += len(chunks)
         self.write_bytes(b"".join(chunks))
 
     cdef dict _resolve(self, list mentions):
