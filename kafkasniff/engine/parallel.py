@@ -41,7 +41,7 @@ BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pip
 BATCH_BYTES = 4 << 20  # ... and stream bytes per batch, so batches of big segments stay small in memory
 END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
-_NUMBER, _ORDER = itemgetter(0), itemgetter(0, 1)  # of a rendered item: (number, rank, *Output.render)
+_NUMBER, _ORDER = itemgetter(0), itemgetter(0, 1)  # of a rendered item: (number, rank, line, mentions)
 # The parent feeds every worker: when cores are short, it must not wait for them.
 WORKER_NICENESS = 10
 
@@ -96,7 +96,7 @@ class _Merger:
     def __init__(self, output: Output, workers: list[_Worker]):
         self.output = output
         self.results = [w.results for w in workers]
-        self.queues: list[list] = [[] for _ in workers]  # (number, rank, *Output.render), in order
+        self.queues: list[list] = [[] for _ in workers]  # (number, rank, line, mentions), in order
         self.watermarks = [-1] * len(workers)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="kafkasniff-merge", daemon=True)
@@ -137,7 +137,7 @@ class _Merger:
                 del q[:cut]
         if ready:
             ready.sort(key=_ORDER)
-            self.output.deliver([item[2:] for item in ready])
+            self.output.deliver([(line, mentions) for _, _, line, mentions in ready])
 
 
 def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: int) -> None:

@@ -83,10 +83,6 @@ cdef bint _teaches(list mentions):
     return False
 
 
-cdef bint _rendered_by_parent(MessageEvent ev):
-    return ev.message.records and len(ev.payload) >= RENDERED_BY_PARENT
-
-
 cdef bint _names_only(list mentions):
     """Whether no mention (of `event_mentions`) has a topic id: then they resolve the same anywhere."""
     for mention in mentions:
@@ -115,7 +111,6 @@ cdef class Output:
     cdef readonly object topic_names, stats, json_line, tree
     # The options, as the per-event paths test them
     cdef bint _line_view, _json_view, _prints_events, _show_secrets, _filters, _by_topic
-    cdef object _event_facts  # --stats: render/stats.event_facts
 
     def __init__(self, options: OutputOptions, out: TextIO | None = None):
         self.options = options
@@ -131,12 +126,11 @@ cdef class Output:
         self._filters = bool(options.apis or options.topics or options.client_ids or options.streams or
                              options.errors_only)
         self._by_topic = bool(options.topics)
-        self.stats = self._event_facts = None
+        self.stats = None
         if options.stats:
-            from kafkasniff.render.stats import Stats, event_facts
+            from kafkasniff.render.stats import Stats
 
             self.stats = Stats()
-            self._event_facts = event_facts
         self.json_line = None
         if options.view == "json":
             from kafkasniff.render.jsonview import event_line as json_line
@@ -232,14 +226,12 @@ cdef class Output:
 
     @property
     def renders_apart(self) -> bool:
-        """Whether this view can be rendered by workers: one line or JSON (--stats too: workers make each event's
-        facts, the parent counts them)."""
-        return self.options.view in ("line", "json")
+        """Whether this view can be rendered by workers: one line or JSON, without --stats."""
+        return self.options.view in ("line", "json") and not self.options.stats
 
     cpdef tuple render(self, ev):
-        """(UTF-8 line, topic mentions, --stats facts) of an event, or None when a filter other than --topic drops
-        it (LEARN_ONLY and the mentions, when they name topic ids). The line is None when only --stats is shown,
-        and the event itself when the parent renders it (RENDERED_BY_PARENT).
+        """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it (LEARN_ONLY
+        and the mentions, when they name topic ids).
 
         A JSON line holds TOPICS_PLACEHOLDER, a one-line view's line TOPICS_SLOT, where `deliver` puts the
         resolved topics."""
@@ -247,63 +239,58 @@ cdef class Output:
             if type(ev) is MessageEvent:
                 mentions = event_mentions(ev)
                 if _teaches(mentions):  # not shown, but its (topic id, name) pairs name ids in later messages
-                    return LEARN_ONLY, mentions, None
+                    return LEARN_ONLY, mentions
             return None
-        facts = self._event_facts(ev) if self._event_facts is not None else None
-        cdef bint message = type(ev) is MessageEvent
         mentions = None
-        if message and (self._by_topic or self._json_view or self.stats is not None or learns_or_shows_topics(ev)):
+        if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
-            # with nothing to learn or look up, the topics are final here (--stats counts them in the parent)
-            if facts is None and _names_only(mentions):
+            if _names_only(mentions):  # nothing to learn or look up: the topics are final here
                 topics = self._resolve(mentions)
                 if self._by_topic and self.options.topics.isdisjoint(topics):
                     return None
                 if self._json_view:
-                    if _rendered_by_parent(ev):
-                        return ev, mentions, None
-                    return self.json_line(ev, self._show_secrets, topics), None, None
-                return message_row(ev, topics), None, None
-        if not self._prints_events:
-            return None, mentions, facts
+                    if (<MessageEvent>ev).message.records and len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
+                        return ev, mentions
+                    return self.json_line(ev, self._show_secrets, topics), None
+                return message_row(ev, topics), None
         if self._json_view:
-            if message:
-                if _rendered_by_parent(ev):
-                    return ev, mentions, facts
-                return self.json_line(ev, self._show_secrets, [TOPICS_PLACEHOLDER]), mentions, facts
-            return self.json_line(ev, self._show_secrets, None), mentions, facts
-        return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions, facts
+            if type(ev) is MessageEvent:
+                if (<MessageEvent>ev).message.records and len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
+                    return ev, mentions
+                return self.json_line(ev, self._show_secrets, [TOPICS_PLACEHOLDER]), mentions
+            return self.json_line(ev, self._show_secrets, None), mentions
+        return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions
 
-    def deliver(self, rendered: list[tuple]) -> None:
-        """Count and write rendered events (`render`), in capture order."""
+    def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
+        """Write rendered events, in capture order: (line, mentions) each, or (event, mentions) for an event the
+        parent renders (RENDERED_BY_PARENT)."""
         cdef object line
         chunks = []
-        for line, mentions, facts in rendered:
-            topics = None
-            if mentions is not None:
-                topics = self._resolve(mentions)
-                if line is LEARN_ONLY:
-                    continue
-                if self._by_topic and self.options.topics.isdisjoint(topics):
-                    continue
-            self.shown += 1
-            if facts is not None:
-                self.stats.count(facts, topics)
-            if line is None:
+        for line, mentions in rendered:
+            if line is LEARN_ONLY:
+                self._resolve(mentions)
                 continue
             if type(line) is MessageEvent:
+                topics = self._resolve(mentions)
+                if self.options.topics and self.options.topics.isdisjoint(topics):
+                    continue
                 self.write_bytes(b"".join(chunks))
                 chunks.clear()
+                self.shown += 1
                 self.write_bytes(self.json_line(line, self._show_secrets, topics, self.write_bytes))
                 continue
             if mentions is not None:
-                if self._json_view:
+                topics = self._resolve(mentions)
+                if self.options.topics and self.options.topics.isdisjoint(topics):
+                    continue
+                if self.options.view == "json":
                     import orjson
 
                     line = line.replace(orjson.dumps([TOPICS_PLACEHOLDER]), orjson.dumps(list(topics)), 1)
                 else:
                     line = line.replace(_SLOT_BYTES, topics_row(topics), 1)
             chunks.append(line)
+        self.shown += len(chunks)
         self.write_bytes(b"".join(chunks))
 
     cdef dict _resolve(self, list mentions):

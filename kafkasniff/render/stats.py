@@ -17,7 +17,6 @@ from rich.text import Text
 
 from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
 from kafkasniff.analyses.insight import Insight
-from kafkasniff.analyses.wire import seen
 from kafkasniff.protocol.schema import apis
 from kafkasniff.render.insight import lag_tables, latency_table
 from kafkasniff.render.tables import print_tables
@@ -62,29 +61,6 @@ BYTE_KINDS = ("messages", "sasl_tokens", "skipped", "tls", "not-kafka", "missing
 FRAME_PREFIX = 4
 
 
-# What Stats counts of an event (event_facts): plain values, made where the event is decoded (a worker, when the
-# decoding is shared out) and counted in capture order where topic ids are named (Stats.count).
-MESSAGE_FACTS, SASL_FACTS, NOTICE_FACTS = range(3)
-
-
-def event_facts(ev) -> tuple | None:
-    """(MESSAGE_FACTS, api key, API name, is a request, size, latency ms, client id, error names or None,
-    malformed, what the analyses read (analyses.wire.seen)), (SASL_FACTS, token size) or (NOTICE_FACTS, kind,
-    size); None for what Stats does not count."""
-    kind = type(ev)
-    if kind is MessageEvent:
-        m = ev.message
-        request = m.kind == "request"
-        client_id = m.client_id if request else ev.request.message.client_id if ev.request is not None else None
-        return (MESSAGE_FACTS, m.api_key, m.api_name, request, m.size, ev.latency_ms, client_id,
-                error_names(m) if m.errors else None, m.malformed is not None, seen(ev, ev.conn.stream))
-    if kind is SaslTokenEvent:
-        return SASL_FACTS, len(ev.token)
-    if kind is NoticeEvent:
-        return NOTICE_FACTS, ev.kind, ev.size
-    return None
-
-
 class Stats:
     def __init__(self) -> None:
         self.apis: dict[int | None, ApiStats] = {}
@@ -97,53 +73,51 @@ class Stats:
 
     def observe(self, ev, topics: dict[str, list] | None = None) -> None:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
-        facts = event_facts(ev)
-        if facts is not None:
-            self.count(facts, topics)
-
-    def count(self, facts: tuple, topics: dict[str, list] | None = None) -> None:
-        """Count one event's facts (event_facts), in capture order."""
-        kind = facts[0]
-        if kind == MESSAGE_FACTS:
-            self.bytes["messages"] += FRAME_PREFIX + facts[4]
-            self._message(facts, topics or {})
-            if facts[9] is not None:
-                self.insight.take(facts[9])
-        elif kind == SASL_FACTS:
+        kind = type(ev)
+        if kind is SaslTokenEvent:
             self.sasl_tokens += 1
-            self.bytes["sasl_tokens"] += FRAME_PREFIX + facts[1]
-        else:
-            self.notices[facts[1]] += 1
-            self.bytes[facts[1]] += facts[2]
+            self.bytes["sasl_tokens"] += FRAME_PREFIX + len(ev.token)
+        elif kind is NoticeEvent:
+            self.notices[ev.kind] += 1
+            self.bytes[ev.kind] += ev.size
+        elif kind is MessageEvent:
+            self.bytes["messages"] += FRAME_PREFIX + ev.message.size
+            self._message(ev, topics or {})
+            self.insight.observe(ev)
 
     def byte_totals(self) -> dict[str, int]:
         """Bytes captured, and where they went (every kind, zeros too)."""
         totals = {kind.replace("-", "_"): self.bytes[kind] for kind in BYTE_KINDS}
         return {"captured": sum(self.bytes.values()) - self.bytes["missing"], **totals}
 
-    def _message(self, facts: tuple, topics: dict[str, list]) -> None:
-        # Runs for every message of --stats, --top and --metrics-port: plain reads and dict lookups, and no call
-        # where there is nothing to count (most messages have no errors, no topics).
-        _, api_key, api_name, request, size, latency_ms, client_id, errors, malformed, _ = facts
-        api = self.apis.get(api_key)
+    def _message(self, ev: MessageEvent, topics: dict[str, list]) -> None:
+        # Runs for every message of --stats, --top and --metrics-port: plain attribute reads and dict lookups,
+        # and no call where there is nothing to count (most messages have no errors, no topics).
+        m = ev.message
+        api = self.apis.get(m.api_key)
         if api is None:
             # API keys Kafka does not define (damaged or made-up bytes) share the row of messages with no API: a
             # row each would grow the tables without end
-            key = api_key if api_key in apis() else None
+            key = m.api_key if m.api_key in apis() else None
             api = self.apis.get(key)
             if api is None:
-                api = self.apis[key] = ApiStats(key, api_name if key is not None else None)
+                api = self.apis[key] = ApiStats(key, m.api_name if key is not None else None)
+        size = m.size
+        request = m.kind == "request"
         if request:
             api.requests += 1
             api.request_bytes += size
+            client_id = m.client_id
         else:
             api.responses += 1
             api.response_bytes += size
-            if latency_ms is not None:
-                api.latency.add(latency_ms)
+            if ev.latency_ms is not None:
+                api.latency.add(ev.latency_ms)
+            client_id = ev.request.message.client_id if ev.request is not None else None
+        errors = error_names(m) if m.errors else None
         if errors:
             api.errors.update(errors)
-        if malformed:
+        if m.malformed is not None:
             api.malformed += 1
         client = self.clients.get(client_id)
         if client is None:
