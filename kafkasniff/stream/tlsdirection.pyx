@@ -20,6 +20,7 @@ from libc.string cimport memcpy
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, hmac
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 from kafkasniff.stream import tlsrecord
@@ -165,9 +166,6 @@ cdef class RecordKeys:
 
     def _cbc(self, bytes sealed):
         """Decrypt an explicit IV and its ciphertext."""
-        # Imported by the first CBC record: AEAD suites, what clients choose, need none of it (1 ms of start-up).
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
         decryptor = Cipher(algorithms.AES(self.key), modes.CBC(sealed[:16])).decryptor()
         return decryptor.update(sealed[16:]) + decryptor.finalize()
 
