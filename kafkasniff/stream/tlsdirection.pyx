@@ -262,7 +262,8 @@ cdef class Direction:
         return <bytes><object>out[0]
 
     cdef Py_ssize_t _complete_record(self, bytes data) except -1:
-        """Move from data to buf the bytes that complete the record buf starts: its header, then its body.
+        """Move from data to buf the bytes that complete the record buf starts: its header, then its body
+        (none if it is whole: buf holds no more than one record cut short, but nothing here relies on it).
         Returns how many were moved. A header that fails the checks takes all of data (the loop reports it)."""
         cdef Py_ssize_t held = len(self.buf), size = len(data), taken = 0, length
         cdef const unsigned char* head
@@ -276,7 +277,7 @@ cdef class Direction:
         if not _plausible_header(head, length):
             _append(self.buf, data, taken, size)
             return size
-        length = min(HEADER + length - len(self.buf), size - taken)
+        length = max(0, min(HEADER + length - len(self.buf), size - taken))
         _append(self.buf, data, taken, taken + length)
         return taken + length
 
