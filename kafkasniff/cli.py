@@ -82,7 +82,7 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
     comments are skipped. The 4-byte size prefix is optional.
     """
     from kafkasniff.protocol.identify import identify
-    from kafkasniff.render.explain import explanation_json, print_explanation
+    from kafkasniff.render.explain import print_explanation, write_explanation_json
     from kafkasniff.render.hexinput import parse_hex_blocks, read_dump
 
     if (api_key is None) != (api_version is None):
@@ -112,7 +112,7 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
         fail("the packets in the dump carry no TCP payload")
     ident = identify(data, kind, api_key, api_version)
     if as_json:
-        click.echo(json.dumps(explanation_json(ident, data), indent=1))
+        write_explanation_json(sys.stdout, ident, data)
     else:
         print_explanation(make_console(), ident, data, None if full else 64)
 

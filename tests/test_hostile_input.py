@@ -8,6 +8,7 @@ process is the whole tree.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import struct
@@ -16,9 +17,11 @@ import sys
 
 import cramjam
 import pytest
+from click.testing import CliRunner
 
 from measured import decode_measured, run_measured
 from pcapkit import TcpConversation, write_pcap
+from kafkasniff.cli import main
 from kafkasniff.protocol.compression import MiB
 from kafkasniff.protocol.encoder import encode_request
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
@@ -128,6 +131,101 @@ def test_a_dump_of_more_text_than_one_message_needs_is_refused_as_it_is_read(tmp
     assert done.seconds < 5 and done.peak_mb < 100
 
 
+def hexdump_c(data: bytes) -> str:
+    """`hexdump -C` of the bytes: a line the same as the one before is a '*' line, as hexdump writes it."""
+    lines, before = [], None
+    for at in range(0, len(data), 16):
+        row = data[at:at + 16]
+        if row == before:
+            if lines[-1] != "*":
+                lines.append("*")
+            continue
+        before = row
+        cells = " ".join(f"{b:02x}" for b in row[:8]) + "  " + " ".join(f"{b:02x}" for b in row[8:])
+        lines.append(f"{at:08x}  {cells:<48}  |{''.join(chr(b) if 32 <= b < 127 else '.' for b in row)}|")
+    return "\n".join([*lines, f"{len(data):08x}"]) + "\n"
+
+
+def token_expiry(hmac: bytes) -> bytes:
+    """An ExpireDelegationToken v1 request, whose body is one bytes field (and an int64)."""
+    return encode_request(40, 1, 1, "c", {"Hmac": hmac, "ExpiryTimePeriodMs": 0})
+
+
+DUMP_BYTES = 16 * MiB - 64  # near the most a dump may hold, most of it in '*' runs: a dump of a few KB
+
+DUMPS = {  # the text of a hexdump -C, and the first line explain prints
+    "a value of zeros": (lambda: hexdump_c(token_expiry(bytes(DUMP_BYTES - 33))),
+                         "ExpireDelegationToken v1 request · header v1 · correlation id 1 · client id 'c' · 16777142 "
+                         "bytes + 4-byte size prefix"),
+    "arrays of arrays": (lambda: hexdump_c(metadata_v0_of_replica_arrays(DUMP_BYTES // 16_018)),
+                         "Metadata v0 response · header v0 · correlation id 1 · 16770867 bytes + 4-byte size prefix"),
+}
+
+
+@pytest.mark.parametrize("view", [[], ["--json"], ["--full"]], ids=["table", "json", "full"])
+@pytest.mark.parametrize("case", DUMPS)
+def test_explain_writes_its_output_as_it_makes_it(tmp_path, case, view):
+    """Once, a value of 16 MiB of zeros: 700 MB in --json (a document of 207 MB, held whole as objects and as a
+    string); arrays of arrays: more than 10 minutes in the table (a rich Table of every row), and --json past 5 GB
+    after 2 minutes (a Field of every item, then the document)."""
+    make, headline = DUMPS[case]
+    text = make()
+    assert len(text) < 200_000
+    done = explain_measured(tmp_path, text, *view)
+    assert done.returncode == 0, done.stderr
+    first = done.head.split(b"\n", 1)[0].decode()
+    assert first == ("{" if view == ["--json"] else headline)
+    assert done.peak_mb < 100 and done.seconds < 20, f"{case} {view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+
+
+LONG_TEXT = "it's \"quoted\", é and \U0001f600 too; " * 6000  # 192,000 bytes of UTF-8: several pieces
+NOT_UTF8 = bytes(range(256)) * 1000
+HMAC_AT = 4 + 10 + 1  # ExpireDelegationToken's Hmac, after the frame's size and the request header (client id 'c')
+NAME_AT = 4 + 11 + 1  # ApiVersions v3's ClientSoftwareName, after the size and the flexible request header
+
+
+def software_name(name: str) -> bytes:
+    """An ApiVersions v3 request, whose first field is a compact string."""
+    return encode_request(18, 3, 1, "c", {"ClientSoftwareName": name, "ClientSoftwareVersion": "1"})
+
+
+LONG_VALUES = {  # (the frame, its long field: path, offset, length; what the table and the rows show, and its JSON)
+    "bytes of text with both quotes": (token_expiry(LONG_TEXT.encode()), "body.Hmac", HMAC_AT, 4 + 192_000,
+                                       repr(LONG_TEXT), LONG_TEXT),
+    "bytes of text with single quotes": (token_expiry(LONG_TEXT.replace('"', "-").encode()), "body.Hmac", HMAC_AT,
+                                         4 + 192_000, repr(LONG_TEXT.replace('"', "-")), LONG_TEXT.replace('"', "-")),
+    "bytes of UTF-8, not printable": (token_expiry(bytes(100_000)), "body.Hmac", HMAC_AT, 4 + 100_000,
+                                      "0x" + bytes(100_000).hex(" "), "\x00" * 100_000),
+    "bytes not UTF-8": (token_expiry(NOT_UTF8), "body.Hmac", HMAC_AT, 4 + len(NOT_UTF8), "0x" + NOT_UTF8.hex(" "),
+                        None),
+    "a string": (software_name(LONG_TEXT), "body.ClientSoftwareName", NAME_AT, 3 + 192_000, repr(LONG_TEXT),
+                 LONG_TEXT),
+}
+
+
+@pytest.mark.parametrize("case", LONG_VALUES)
+def test_explain_makes_long_values_in_pieces_that_join_into_the_whole(case):
+    """Long values are made and written in pieces (render/values.py): joined, they are what the value shown whole
+    is, and the document is what json.dumps makes."""
+    frame, path, at, length, shown, text = LONG_VALUES[case]
+    output = CliRunner().invoke(main, ["explain", "--json", frame.hex()]).stdout
+    document = json.loads(output)
+    assert output == json.dumps(document, indent=1) + "\n"
+    (row,) = [r for r in document["rows"] if r["field"] == path]
+    assert row == {"offset": at, "length": length, "hex": frame[at:at + length].hex(), "field": path,
+                   "type": "string" if case == "a string" else "bytes", "value": shown}
+    (field,) = [f for f in document["fields"][1]["children"] if f["name"] == path.split(".")[1]]
+    if case == "a string":
+        assert field["value"] == text
+    else:
+        assert base64.b64decode(field["value"]["base64"]) == frame[at + 4:at + length]
+        assert field["value"].get("text") == text
+    table = CliRunner().invoke(main, ["explain", "--full", frame.hex()]).stdout
+    (line,) = [line for line in table.splitlines() if f" {path} " in line]
+    assert re.fullmatch(rf"{at}-{at + length - 1} +{frame[at:at + 8].hex(' ')} … +{re.escape(path)} +(string|bytes) +"
+                        rf"{re.escape(shown)}", line)
+
+
 # --- a response whose request was not captured (item 2) -------------------------------------------------------
 
 def unmatched_response_capture(path, items: int):
@@ -193,6 +291,14 @@ def delete_groups_v2_of_errors(count: int) -> list[tuple[bool, bytes]]:
     return [(True, request), (False, struct.pack(">i", len(payload)) + payload)]
 
 
+def metadata_v0_of_replica_arrays(partitions: int) -> bytes:
+    """A Metadata v0 response (correlation id 1, no brokers) of one topic 't' whose partitions each list 4,000
+    replica ids (0) and no in-sync ones: 16,018 bytes a partition, every array under 10,000 items."""
+    partition = struct.pack(">hiii", 0, 0, 0, 4000) + bytes(4 * 4000) + struct.pack(">i", 0)
+    payload = struct.pack(">iiihh", 1, 0, 1, 0, 1) + b"t" + struct.pack(">i", partitions) + partition * partitions
+    return struct.pack(">i", len(payload)) + payload
+
+
 LONG_ARRAYS = {  # (the frames, bytes per item, the array's path in the last frame)
     "int8 items": (lambda: [(True, encode_request(78, 1, 1, "c", {
         "GroupId": "g", "MemberId": "m", "Topics": [{"TopicId": "00000000-0000-0000-0000-000000000001", "Partitions": [
@@ -220,6 +326,42 @@ def test_long_arrays_cost_memory_for_what_a_view_shows(long_arrays, case, view):
     done = decode_measured(long_arrays[case], VIEWS[view])
     assert done.returncode == 0, done.stderr
     assert done.peak_mb < 100 and done.seconds < 20, f"{case}, {view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+
+
+@pytest.mark.parametrize("jobs", ["2", "3"])
+@pytest.mark.parametrize("view", ["line", "json"])
+@pytest.mark.parametrize("case", LONG_ARRAYS)
+def test_long_arrays_cost_the_workers_memory_for_what_they_pass_on(long_arrays, case, view, jobs):
+    """The whole process tree, workers and parent: once 216 MB for the error results' 10 MB frame with --json -j 2,
+    its 60 MB JSON line rendered in a worker, pickled, sent and written by the parent."""
+    done = decode_measured(long_arrays[case], [*VIEWS[view], "-j", jobs])
+    assert done.returncode == 0, done.stderr
+    assert done.tree_mb < 100 and done.seconds < 20, f"{case}, {view}, -j {jobs}: {done.tree_mb:.0f} MB"
+    alone = decode_measured(long_arrays[case], [*VIEWS[view], "-j", "1"])
+    assert (done.size, done.head) == (alone.size, alone.head)
+
+
+@pytest.fixture(scope="module")
+def tiny_requests(tmp_path_factory):
+    """One connection of 700,000 ApiVersions v0 requests of 14 bytes (9.8 MB), never answered."""
+    requests = b"".join(struct.pack(">ihhih", 10, 18, 0, i, -1) for i in range(700_000))
+    conversation = TcpConversation(("10.0.0.1", 40000), ("10.0.0.2", 9092), mss=60_000)
+    return write_pcap(tmp_path_factory.mktemp("tiny") / "tiny.pcap", conversation.send(True, requests).close())
+
+
+@pytest.mark.parametrize("view", ["line", "json"])
+def test_many_small_messages_cost_the_workers_memory_bounded_by_their_replies(tiny_requests, view):
+    """A batch of 4 MiB of stream bytes makes 300,000 lines here (90 MB of JSON): once a worker rendered all of
+    them before replying, and the parent held them: 573 MB with --json -j 2, 373 MB in the one-line view."""
+    done = decode_measured(tiny_requests, [*VIEWS[view], "-j", "2"])
+    assert done.returncode == 0, done.stderr
+    assert done.tree_mb < 100 and done.seconds < 60, f"{view}: {done.tree_mb:.0f} MB, {done.seconds:.1f} s"
+    first = done.head.split(b"\n", 1)[0]
+    if view == "json":
+        assert {k: json.loads(first)[k] for k in ("kind", "api_name", "correlation_id")} == {
+            "kind": "request", "api_name": "ApiVersions", "correlation_id": 0}
+    else:
+        assert first.decode().endswith("10.0.0.2:9092 ApiVersions v0 request corr=0 client=null 10B")
 
 
 def decoded_text(capture, *options: str) -> str:
@@ -253,6 +395,40 @@ def test_past_ten_thousand_items_a_line_counts_the_rest_and_full_shows_them(long
         assert len(message["errors"]) == 100
     if case == "int8 items":
         assert decoded_text(long_arrays[case], "-V", "--full").count(": 1  int8\n") == ITEMS
+
+
+@pytest.fixture(scope="module")
+def replica_arrays(tmp_path_factory):
+    """A Metadata v0 request, and a 6.9 MB response of 430 partitions of 4,000 replica ids each."""
+    return conversation_capture(tmp_path_factory.mktemp("nested") / "nested.pcap",
+                                (True, encode_request(3, 0, 1, "c", {"Topics": []})),
+                                (False, metadata_v0_of_replica_arrays(430)))
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_arrays_of_arrays_cost_memory_for_what_a_view_shows(replica_arrays, view):
+    """Every array under the 10,000 items a view makes of each, 1.7 million items in all: once (8 MB of them)
+    200 MB in -V, 1.1 GB and 48 s in --hex."""
+    done = decode_measured(replica_arrays, VIEWS[view])
+    assert done.returncode == 0, done.stderr
+    assert done.peak_mb < 100 and done.seconds < 20, f"{view}: {done.peak_mb:.0f} MB, {done.seconds:.1f} s"
+
+
+def test_past_a_hundred_thousand_fields_a_line_counts_the_rest_of_every_array(replica_arrays):
+    tree = decoded_text(replica_arrays, "-V")
+    assert re.findall(r"── (… .*)\n", tree) == [
+        "… 156 more items in 624 bytes, past the 100000 fields this view shows of a message (--full shows them all)",
+        "… 405 more items in 6487290 bytes, past the 100000 fields this view shows of a message (--full shows them "
+        "all)"]
+    assert re.findall(r"\n {16}[├└]── (\[\d+\])\n", tree) == [f"[{i}]" for i in range(25)]  # partitions made
+    hex_rows = [row for row in decoded_text(replica_arrays, "--hex").splitlines() if "items_not_shown" in row]
+    assert [re.split(" {2,}", row)[2:] for row in hex_rows] == [
+        ["body.Topics[0].Partitions[24].ReplicaNodes.items_not_shown", "ItemsNotShown",
+         "156 (156 more items in 624 bytes, past the 100000 fields this view makes of a message; --json shows them "
+         "all)"],
+        ["body.Topics[0].Partitions.items_not_shown", "ItemsNotShown",
+         "405 (405 more items in 6487290 bytes, past the 100000 fields this view makes of a message; --json shows "
+         "them all)"]]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,10 @@ on after it. A
 Python exception is counted and saved by the worker; a worker that dies (a crash, or a sanitizer's report under
 --sanitized: any report ends the process) is counted with the case it was running, its last stderr kept.
 The summary (also written to OUT/summary.json): cases per kind, exceptions, hangs, crashes, sanitizer reports,
-and peak resident memory of the workers and of the decode processes (the largest of the process tree).
+and peak resident memory: of the workers, with the case during which it was reached, and of the decode processes,
+each measuring its own (a process started by another starts out with that one's peak as its own in getrusage),
+with the case and view. Under --sanitized, ASan holds freed memory back to catch its use after free: 32 MB of it
+(ASAN_QUARANTINE_MB), not its default of 256 MB, so that the peak measures the decoder more than the quarantine.
 """
 
 from __future__ import annotations
@@ -49,6 +52,19 @@ FRAME_BYTES_MAX = 1 << 16  # frames of the captures kept as seeds: up to this si
 VIEWS = {"line": [], "json": ["--json"], "tree": ["-V"], "hex": ["--hex"], "stats": ["--stats"]}
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
 SANITIZER_FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
+ASAN_QUARANTINE_MB = 32
+# `kafkasniff decode` that says its own peak resident memory on stderr as it exits (VmHWM: that of the memory it
+# mapped since it started, not its parent's)
+DECODE = """import atexit, sys
+def say_peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            sys.stderr.write("fuzz-peak-kb " + line.split()[1] + "\\n")
+atexit.register(say_peak)
+from kafkasniff.cli import main
+main(["decode", *sys.argv[1:]], prog_name="kafkasniff")
+"""
+PEAK_MARK = "fuzz-peak-kb "
 
 
 # --- seeds --------------------------------------------------------------------------------------------------------
@@ -212,6 +228,28 @@ def run_batch(data: bytes) -> None:
     records_json(data, 0, len(data))
 
 
+class Sink:
+    """Output written and dropped, as to a pipe, but for the first JSON_KEPT characters."""
+
+    JSON_KEPT = 1 << 20
+
+    def __init__(self):
+        self.kept: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> None:
+        if self.size < self.JSON_KEPT:
+            self.kept.append(text)
+        self.size += len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def json(self):
+        """The document written, when it was short enough to keep (None otherwise)."""
+        return json.loads("".join(self.kept)) if self.size < self.JSON_KEPT else None
+
+
 def run_explain(text: bytes) -> None:
     import io
 
@@ -219,7 +257,7 @@ def run_explain(text: bytes) -> None:
 
     from kafkasniff.cli import kafka_bytes
     from kafkasniff.protocol.identify import identify
-    from kafkasniff.render.explain import explanation_json, print_explanation
+    from kafkasniff.render.explain import print_explanation, write_explanation_json
     from kafkasniff.render.hexinput import parse_hex_blocks, read_dump
 
     try:
@@ -229,8 +267,10 @@ def run_explain(text: bytes) -> None:
     data, _ = kafka_bytes(blocks) if blocks else (b"", None)
     if data:
         ident = identify(data)
-        json.dumps(explanation_json(ident, data))
-        print_explanation(Console(file=io.StringIO(), width=200), ident, data, 64)
+        document = Sink()
+        write_explanation_json(document, ident, data)
+        document.json()  # it parses
+        print_explanation(Console(file=Sink(), width=200), ident, data, 64)
 
 
 def processor_seconds(pid: int) -> float:
@@ -244,34 +284,42 @@ def processor_seconds_of_children() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def run_capture(data: bytes, folder: Path) -> list[str]:
-    """Problems of `kafkasniff decode` on the capture, in each view (a hang raises TimeoutExpired)."""
+def run_capture(data: bytes, folder: Path) -> tuple[list[str], dict[str, int]]:
+    """Problems of `kafkasniff decode` on the capture, in each view (a hang raises TimeoutExpired), and the peak
+    resident memory (KB) of each view's process."""
     path = folder / "capture.pcap"
     path.write_bytes(data)
-    problems = []
+    problems, peaks = [], {}
     for view, options in VIEWS.items():
-        # run from the scratch folder: `-m` puts the working directory first on the path, and the package to
+        # run from the scratch folder: `-c` puts the working directory first on the path, and the package to
         # test is the one this process imports (under --sanitized, the sanitized build)
         before = processor_seconds_of_children()
-        done = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "-j", "1", *options, str(path)],
+        done = subprocess.run([sys.executable, "-c", DECODE, "-j", "1", *options, str(path)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=STARVED_SECONDS, cwd=folder)
         if processor_seconds_of_children() - before > HANG_SECONDS:
             raise subprocess.TimeoutExpired(done.args, HANG_SECONDS)
         stderr = done.stderr.decode(errors="replace")
+        said = [line for line in stderr.splitlines() if line.startswith(PEAK_MARK)]
+        if said:
+            peaks[view] = int(said[-1][len(PEAK_MARK):])
+            stderr = "".join(line + "\n" for line in stderr.splitlines() if not line.startswith(PEAK_MARK))
         if any(mark in stderr for mark in SANITIZER_MARKS):
             problems.append(f"sanitizer: {view}: {stderr[-3000:]}")
         elif done.returncode not in (0, 2) or "Traceback" in stderr:
             problems.append(f"exception: {view}: exit {done.returncode}: {stderr[-3000:]}")
-    return problems
+    return problems, peaks
 
 
 def worker(seed: int, first: int, until: float, out: Path) -> None:
-    """Run cases from `first` until the time `until`, saying each before it starts: 'case N' on stdout."""
+    """Run cases from `first` until the time `until`, saying each before it starts: 'case N' on stdout; and when
+    a case raises the worker's peak resident memory, or a decode process's is the highest yet, 'peak worker KB'
+    or 'peak decode KB VIEW' (the case is the one said last)."""
     import warnings
 
     warnings.simplefilter("ignore")
     scratch = Path(tempfile.mkdtemp(prefix="fuzz-capture-"))
     number = first
+    worker_peak = decode_peak = 0
     try:
         while time.time() < until:
             kind, about, data = case_input(seed, number)
@@ -284,17 +332,24 @@ def worker(seed: int, first: int, until: float, out: Path) -> None:
                 elif kind == "explain":
                     run_explain(data)
                 else:
-                    for problem in run_capture(data, scratch):
+                    problems, peaks = run_capture(data, scratch)
+                    for problem in problems:
                         print(f"problem {number} {json.dumps(problem)}", flush=True)
+                    for view, peak in peaks.items():
+                        if peak > decode_peak:
+                            decode_peak = peak
+                            print(f"peak decode {peak} {view}", flush=True)
             except subprocess.TimeoutExpired:
                 print(f"hang {number}", flush=True)
             except Exception:
                 print(f"problem {number} {json.dumps('exception: ' + traceback.format_exc()[-3000:])}", flush=True)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            if peak > worker_peak:
+                worker_peak = peak
+                print(f"peak worker {peak}", flush=True)
             number += 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(f"peak {peak[0]} {peak[1]}", flush=True)
 
 
 # --- the campaign -------------------------------------------------------------------------------------------------
@@ -315,7 +370,8 @@ def sanitized_environment(folder: Path) -> dict[str, str]:
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=folder, env=flags, check=True,
                    capture_output=True)
     return {**os.environ, "PYTHONPATH": str(folder), "LD_PRELOAD": runtime("libasan.so"),
-            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+            "ASAN_OPTIONS": f"detect_leaks=0:abort_on_error=1:quarantine_size_mb={ASAN_QUARANTINE_MB}",
+            "UBSAN_OPTIONS": "print_stacktrace=1"}
 
 
 def save(out: Path, seed: int, number: int, what: str, detail: str) -> None:
@@ -332,9 +388,10 @@ def campaign(minutes: float, out: Path, seed: int, env: dict[str, str]) -> dict:
     until = time.time() + minutes * 60
     counts = {"cases": 0, **{f"{kind} cases": 0 for kind in ("frame", "batch", "explain", "capture")},
               "exceptions": 0, "hangs": 0, "crashes": 0, "sanitizer reports": 0}
-    peak_worker = peak_decoders = 0
+    peaks = {"worker": (0, None), "decode": (0, None)}  # KB, and the case: {"case", "kind"} or {"case", "view"}
     started = time.time()
     number = 0
+    running = case_cpu = case_started = None
     while time.time() < until:
         worker_stderr = open(out / "worker-stderr.txt", "w+")  # a file: a pipe nobody reads could fill and block
         child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", str(seed), str(number),
@@ -382,13 +439,18 @@ def campaign(minutes: float, out: Path, seed: int, env: dict[str, str]) -> dict:
                 counts["hangs"] += 1
                 save(out, seed, int(rest[0]), "hang", f"a view took more than {HANG_SECONDS} s of processor time")
             elif word == "peak":
-                peak_worker = max(peak_worker, int(rest[0]))
-                peak_decoders = max(peak_decoders, int(rest[1]))
+                kb, *view = rest[1].split()
+                if int(kb) > peaks[rest[0]][0]:
+                    peaks[rest[0]] = (int(kb), {"case": running, **({"view": view[0]} if view else
+                                                                     {"kind": case_kind(running)})})
         worker_stderr.close()
+    # the workers, and every process they waited for, as getrusage sees them: what a worker stopped for a hang or
+    # a crash did not say (the decode processes count their worker's peak too)
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     summary = {**counts, "minutes": round((time.time() - started) / 60, 1), "seed": seed,
-               "peak_worker_mb": round(peak_worker / 1024, 1), "peak_decode_mb": round(peak_decoders / 1024, 1),
-               "peak_process_mb": round(max(children, peak_worker, peak_decoders) / 1024, 1)}
+               **{f"peak_{which}_mb": round(kb / 1024, 1) for which, (kb, _) in peaks.items()},
+               **{f"peak_{which}_case": case for which, (_, case) in peaks.items()},
+               "peak_process_mb": round(max(children, *(kb for kb, _ in peaks.values())) / 1024, 1)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 

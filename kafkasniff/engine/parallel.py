@@ -9,9 +9,14 @@ way, since resolving them needs every earlier message of the capture.
 Order: the parent numbers every TCP event. Workers tag what they render with (that
 number, rank within the event's output). Every batch goes to all workers at once and
 carries the last number handed out so far, the batch's watermark; a worker's reply
-carries it back once the batch is done. An item is written once no other worker can
-still produce a smaller one. So the parent holds at most about one batch of output per
-worker, and a slow worker holds up the others instead of letting them run ahead.
+carries it back once the batch is done, and one is sent whenever REPLY_BYTES have been
+rendered, with the number of the last event done. An item is written once no other worker
+can still produce an earlier one: every other worker's watermark is at least the number
+before its own (an event is one worker's). The parent stops reading a worker that holds
+QUEUE_BYTES it cannot write yet, until the others catch up. So what waits in the workers,
+the pipes and the parent is bounded, whatever a batch's bytes make (700,000 requests of
+14 bytes in one connection: 220 MB of JSON), and a slow worker holds up the others
+instead of letting them run ahead.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.render.output import Output
-from kafkasniff.engine.share import handle_all, share_out
+from kafkasniff.engine.share import handle_all, rendered_size, share_out
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.tcp import TcpReassembler
 
@@ -39,6 +44,8 @@ if TYPE_CHECKING:
 
 BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pipes cheap per event
 BATCH_BYTES = 4 << 20  # ... and stream bytes per batch, so batches of big segments stay small in memory
+REPLY_BYTES = 1 << 20  # rendered bytes a worker gathers before it replies, whether its batch is done or not
+QUEUE_BYTES = 4 << 20  # rendered bytes of a worker waiting in the parent for the others, past which it is not read
 END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
 _NUMBER, _ORDER = itemgetter(0), itemgetter(0, 1)  # of a rendered item: (number, rank, line, mentions)
@@ -79,12 +86,15 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
         conn.close()
     analyzer: Analyzer = make_analyzer()
     render = output.render
+
+    def reply(watermark: int, items: list) -> None:
+        results.send_bytes(pickle.dumps((watermark, items), pickle.HIGHEST_PROTOCOL))
+
     try:
         watermark = None
         while watermark != END:
             watermark, events = pickle.loads(inbox.recv_bytes())
-            items = handle_all(analyzer, events, render)
-            results.send_bytes(pickle.dumps((watermark, items), pickle.HIGHEST_PROTOCOL))
+            reply(watermark, handle_all(analyzer, events, render, reply, REPLY_BYTES))
     except BaseException:
         with contextlib.suppress(OSError):
             results.send_bytes(pickle.dumps((FAILED, traceback.format_exc())))
@@ -97,6 +107,7 @@ class _Merger:
         self.output = output
         self.results = [w.results for w in workers]
         self.queues: list[list] = [[] for _ in workers]  # (number, rank, line, mentions), in order
+        self.queued = [0] * len(workers)  # their bytes (share.rendered_size)
         self.watermarks = [-1] * len(workers)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="kafkasniff-merge", daemon=True)
@@ -107,7 +118,9 @@ class _Merger:
         try:
             live = {conn: i for i, conn in enumerate(self.results)}
             while live:
-                for conn in wait(list(live)):
+                # Not a worker holding QUEUE_BYTES: it waits for the others. The one with the lowest watermark is
+                # always read: all it sent can be written (see _deliver_ready).
+                for conn in wait([conn for conn, i in live.items() if self.queued[i] < QUEUE_BYTES]):
                     i = live[conn]
                     try:
                         watermark, items = pickle.loads(conn.recv_bytes())
@@ -116,6 +129,7 @@ class _Merger:
                     if watermark == FAILED:
                         raise WorkerFailed(f"decode worker {i} failed:\n{items}")
                     self.queues[i].extend(items)
+                    self.queued[i] += sum([rendered_size(item[2]) for item in items])
                     self.watermarks[i] = watermark
                     if watermark == END:
                         del live[conn]
@@ -126,14 +140,16 @@ class _Merger:
                 conn.close()
 
     def _deliver_ready(self) -> None:
-        """Deliver, in order, the items numbered up to the lowest watermark: no worker can still precede them
-        (a worker's next items come from batches after its watermark)."""
-        limit = min(self.watermarks)
+        """Deliver, in order, the items that no other worker can still precede: a worker's items numbered up to
+        one more than every other worker's watermark (their next items are numbered past their watermarks, and
+        never the same: an event is one worker's)."""
         ready = []
-        for q in self.queues:
-            cut = bisect_right(q, limit, key=_NUMBER)
+        for i, q in enumerate(self.queues):
+            others = min(self.watermarks[:i] + self.watermarks[i + 1:], default=END)
+            cut = bisect_right(q, others + 1, key=_NUMBER)
             if cut:
                 ready += q[:cut]
+                self.queued[i] -= sum([rendered_size(item[2]) for item in q[:cut]])
                 del q[:cut]
         if ready:
             ready.sort(key=_ORDER)

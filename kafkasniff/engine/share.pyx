@@ -5,6 +5,8 @@ Every packet of a capture passes through the parent's loop, which one core runs 
 cost about 4,500 instructions per event (parallel.py says why the events travel as plain tuples)."""
 
 from kafkasniff.stream import tcp
+
+from kafkasniff.stream.session cimport MessageEvent
 from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, StreamData
 
 # An event's kind, the second value of its tuple (the first is its number in capture order).
@@ -70,12 +72,15 @@ def share_out(segment_lists, reassembler, list batches, send, stopped, long long
     return True
 
 
-def handle_all(analyzer, list items, render) -> list:
+def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> list:
     """A worker's batch: each item to its Analyzer method, each resulting event rendered, as
-    (number, rank within the item's events, rendered...) for what the renderer keeps."""
+    (number, rank within the item's events, rendered...) for what the renderer keeps. Whenever what was rendered
+    reaches `reply_bytes` (lines, and the payloads of events handed on whole), `reply(number, rendered)` sends it
+    with the number of the item just done as watermark; the rest is returned."""
     cdef list out = []
-    cdef tuple item
+    cdef tuple item, rendered
     cdef int kind, rank
+    cdef long long size = 0
     for item in items:
         kind = item[1]
         if kind == _DATA:
@@ -95,4 +100,14 @@ def handle_all(analyzer, list items, render) -> list:
             if rendered is not None:
                 out.append((item[0], rank, *rendered))
                 rank += 1
+                size += rendered_size(rendered[0])
+        if size >= reply_bytes:
+            reply(item[0], out)
+            out = []
+            size = 0
     return out
+
+
+cpdef Py_ssize_t rendered_size(line):
+    """Bytes of what Output.render gave: a line, or an event handed on whole (its payload)."""
+    return len(<bytes>line) if type(line) is bytes else len((<MessageEvent>line).payload)

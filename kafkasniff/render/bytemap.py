@@ -7,10 +7,10 @@ their own, named after the container, so the rows tile the input exactly.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from kafkasniff.protocol.fields import DECOMPRESSED_MESSAGES, DECOMPRESSED_RECORDS, Field
-from kafkasniff.render.values import show_value
+from kafkasniff.render.values import Pieces, show_value
 
 # Containers whose children are decoded from other bytes (decompressed records):
 # their offsets do not point into the frame, so the container is one opaque row.
@@ -24,7 +24,7 @@ class Row(NamedTuple):
     length: int
     path: str
     type: str
-    value: str
+    value: str | Pieces  # Pieces: a long value shown whole, by show_value_in_pieces
 
 
 def join_path(parent: str, name: str) -> str:
@@ -42,10 +42,12 @@ def _prefix_value(f: Field, limit: int | None) -> str:
     return _PREFIX_LABELS.get(f.type, "length / presence prefix")
 
 
-def rows(f: Field, parent: str = "", limit: int | None = 64) -> Iterator[Row]:
+def rows(f: Field, parent: str = "", limit: int | None = 64,
+         show: Callable[[Field, int | None], str | Pieces] = show_value) -> Iterator[Row]:
+    """The rows of f and what it holds, in byte order; `show` gives a leaf's value."""
     path = join_path(parent, f.name)
     if f.children is None or f.type in DETACHED_TYPES:
-        yield Row(f.offset, f.length, path, f.type, show_value(f, limit))
+        yield Row(f.offset, f.length, path, f.type, show(f, limit))
         return
     if f.children and f.children[0].type == "bits":
         # Flags packed into one integer share its bytes: one row, the flags in its value.
@@ -56,20 +58,20 @@ def rows(f: Field, parent: str = "", limit: int | None = 64) -> Iterator[Row]:
     for child in sorted(f.children, key=lambda c: c.offset):
         if child.offset > cursor:
             yield Row(cursor, child.offset - cursor, path, f.type, _prefix_value(f, limit))
-        yield from rows(child, path, limit)
+        yield from rows(child, path, limit, show)
         cursor = max(cursor, child.end)
     if f.end > cursor:
         yield Row(cursor, f.end - cursor, path, f.type, _prefix_value(f, limit))
 
 
-def uncovered(all_rows: list[Row], start: int, end: int) -> list[tuple[int, int]]:
-    """Byte ranges in [start, end) that no row covers: empty when the map is complete."""
+def uncovered(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    """Byte ranges in [start, end) that no (offset, length) of the rows covers: empty when the map is complete."""
     gaps = []
     cursor = start
-    for r in sorted(all_rows):
-        if r.offset > cursor:
-            gaps.append((cursor, r.offset))
-        cursor = max(cursor, r.offset + r.length)
+    for offset, length in sorted(spans):
+        if offset > cursor:
+            gaps.append((cursor, offset))
+        cursor = max(cursor, offset + length)
     if cursor < end:
         gaps.append((cursor, end))
     return gaps

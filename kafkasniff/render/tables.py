@@ -2,14 +2,20 @@
 
 rich lays a table out cell by cell (measuring, wrapping, styling): about 2-3 ms per row of ten columns, which
 made printing `--stats` of a busy capture cost as much as decoding it. A file or pipe needs no styles and no
-wrapping, so there the rows are padded and joined here, in the same box characters.
+wrapping, so there the rows are padded and joined here, in the same box characters. The byte tables of --hex and
+`explain` (hundreds of thousands of rows) are laid out here too, a line at a time.
 """
 
 from __future__ import annotations
 
-from typing import TextIO
+import itertools
+from typing import Iterable, Iterator, TextIO
 
+from rich.cells import cell_len
 from rich.table import Table
+from rich.text import Text
+
+from kafkasniff.render.values import Pieces
 
 
 def print_tables(tables: list[Table], out: TextIO) -> None:
@@ -44,3 +50,47 @@ def table_text(table: Table) -> str:
         for i in range(max(len(cell) for cell in row)):
             out.append(line([cell[i] if i < len(cell) else "" for cell in row], " │ "))
     return "".join(out)
+
+
+# --- the byte tables of --hex and explain: aligned columns, two spaces apart; the last column unpadded --------------
+
+def column_widths(header: tuple[str, ...], cells: Iterable[tuple]) -> list[int]:
+    """The width of every column but the last."""
+    widths = [cell_len(h) for h in header[:-1]]
+    columns = range(len(widths))
+    for row in cells:
+        for i in columns:
+            width = cell_len(row[i])
+            if width > widths[i]:
+                widths[i] = width
+    return widths
+
+
+def table_lines(header: tuple[str, ...], cells: list) -> Iterator[Text]:
+    """The table's lines, styled (the header bold), made one at a time. Cells are str or Text."""
+    widths = column_widths(header, cells)
+    for row, style in [(header, "bold"), *((c, "") for c in cells)]:
+        line = Text(style=style)
+        for cell, width in zip(row, widths):
+            line.append(cell)
+            line.append(" " * (width - cell_len(cell) + 2))
+        line.append(row[-1])
+        yield line
+
+
+def write_table(out: TextIO, header: tuple[str, ...], cells: Iterable[tuple], widths: list[int] | None = None) -> None:
+    """table_lines as plain text, written a line at a time: a table can have hundreds of thousands of rows, and a
+    styled line costs about a kilobyte. Cells are str; the last may be Pieces, written a piece at a time. Given
+    the widths (column_widths), the cells may be made as they are written."""
+    if widths is None:
+        widths = column_widths(header, cells)
+    for row in itertools.chain((header,), cells):
+        padded = "".join([cell + " " * (width - cell_len(cell) + 2) for cell, width in zip(row, widths)])
+        last = row[-1]
+        if type(last) is Pieces:
+            out.write(padded)
+            for piece in last.pieces:
+                out.write(piece)
+            out.write("\n")
+        else:
+            out.write(padded + last + "\n")

@@ -13,7 +13,6 @@ import sys
 from array import array
 from typing import TextIO
 
-from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
@@ -25,6 +24,7 @@ from kafkasniff.render.bytemap import Row, rows
 from kafkasniff.render.explain import message_rows
 from kafkasniff.render.jsonview import MASK, token_reader
 from kafkasniff.render.oneline import message_line, message_row, notice_line, sasl_line
+from kafkasniff.render.tables import table_lines, write_table
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_bytes, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
@@ -101,32 +101,6 @@ class Node:
             line.append_text(child.label)
             out.append(line)
             child._draw(prefix + ("    " if i == last else "│   "), out)
-
-
-def _column_widths(header: tuple[str, ...], cells: list) -> list[int]:
-    return [max(cell_len(h), *(cell_len(c[i]) for c in cells)) for i, h in enumerate(header[:-1])]
-
-
-def table_lines(header: tuple[str, ...], cells: list) -> list[Text]:
-    """Aligned columns, two spaces apart; the last column unpadded. Cells are str or Text."""
-    widths = _column_widths(header, cells)
-    out = []
-    for row, style in [(header, "bold")] + [(c, "") for c in cells]:
-        line = Text(style=style)
-        for cell, width in zip(row, widths):
-            line.append(cell)
-            line.append(" " * (width - cell_len(cell) + 2))
-        line.append(row[-1])
-        out.append(line)
-    return out
-
-
-def plain_table_lines(header: tuple[str, ...], cells: list):
-    """table_lines as plain strings, made one at a time: a table can have tens of thousands of rows, and a styled
-    line costs about a kilobyte."""
-    widths = _column_widths(header, cells)
-    for row in (header, *cells):
-        yield "".join([cell + " " * (width - cell_len(cell) + 2) for cell, width in zip(row, widths)]) + row[-1]
 
 
 class TreeView:
@@ -210,8 +184,7 @@ class TreeView:
         for line in self._tls_origin(ev):
             out.write(line.plain + "\n")
         header, cells = self._hex_cells(self._message_rows(m, ev.payload), _Frame(ev.payload), styled=False)
-        for line in plain_table_lines(header, cells):
-            out.write(line + "\n")
+        write_table(out, header, cells)
         del cells
         for line in self._after_body(m):
             out.write(line.plain + "\n")

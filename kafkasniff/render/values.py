@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import codecs
 import time
+from typing import Iterable, Iterator
 
 from kafkasniff.protocol._walk import readable
 from kafkasniff.protocol.errors import error_name
@@ -12,6 +14,21 @@ from kafkasniff.protocol.messages import Message
 
 DEFAULT_MAX_VALUE = 64
 FRAME_PREFIX = 4  # offsets shown to people count from the start of the frame's size prefix
+# A value shown whole that is longer than this (bytes or characters) is made and written in pieces of about this
+# size: a value can be as long as its frame, and its text or JSON several times that.
+PIECE = 1 << 16
+
+
+class Pieces:
+    """A long text value, made a piece at a time as it is written (once), never whole."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: Iterable[str]):
+        self.pieces = pieces
+
+    def __str__(self) -> str:
+        return "".join(self.pieces)
 
 
 def error_names(msg: Message) -> list[str]:
@@ -73,6 +90,56 @@ def show_value(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str:
     return text
 
 
+def show_value_in_pieces(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str | Pieces:
+    """show_value; a long bytes or text value shown whole (no limit) as Pieces."""
+    v = f.value
+    if (limit is not None or not isinstance(v, (bytes, bytearray, str)) or len(v) <= PIECE or
+            f.children is not None and f.type.startswith("[]") or f.role in ("checksum", "timestamp")):
+        return show_value(f, limit)
+    return Pieces(_shown_pieces(v, f.note))
+
+
+def _shown_pieces(v: bytes | bytearray | str, note: str | None) -> Iterator[str]:
+    """The pieces of show_value of bytes or text without a limit: repr() of the text, or 0x and the bytes."""
+    if isinstance(v, str):
+        yield from _repr_pieces((v[at:at + PIECE] for at in range(0, len(v), PIECE)), "'" in v and '"' not in v)
+    elif readable(v):
+        yield from _repr_pieces(_text_pieces(v, "ignore"), b"'" in v and b'"' not in v)
+    else:
+        yield "0x"
+        for at in range(0, len(v), PIECE):
+            yield (" " if at else "") + bytes(v[at:at + PIECE]).hex(" ")
+    if note:
+        yield f" ({note})"
+
+
+def _repr_pieces(texts: Iterable[str], double_quoted: bool) -> Iterator[str]:
+    """repr() of the text the pieces make, a piece at a time. repr() quotes with ' unless the text holds ' and not
+    ", and escapes character by character; a piece followed by " makes its repr() take ' too."""
+    quote = '"' if double_quoted else "'"
+    yield quote
+    for text in texts:
+        yield repr(text)[1:-1] if double_quoted else repr(text + '"')[1:-2]
+    yield quote
+
+
+def _text_pieces(raw, errors: str = "strict") -> Iterator[str]:
+    """UTF-8 bytes decoded a piece at a time (a character cut between pieces is kept whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors)
+    for at in range(0, len(raw), PIECE):
+        yield decoder.decode(bytes(raw[at:at + PIECE]))
+    yield decoder.decode(b"", True)
+
+
+def _valid_utf8(raw) -> bool:
+    try:
+        for _ in _text_pieces(raw):
+            pass
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def json_bytes(raw: bytes | None):
     """Lossless JSON for bytes: base64, plus the text form when it is valid UTF-8."""
     if raw is None:
@@ -93,3 +160,14 @@ def json_value(v):
     if isinstance(v, (list, tuple)):
         return [json_value(x) for x in v]
     return v
+
+
+def json_value_in_pieces(v):
+    """json_value; long bytes as Pieces of base64 and of text."""
+    if not isinstance(v, (bytes, bytearray)) or len(v) <= PIECE:
+        return json_value(v)
+    step = 3 * (PIECE // 4)  # whole groups of 3 bytes: base64 pieces that join
+    out = {"base64": Pieces(base64.b64encode(v[at:at + step]).decode("ascii") for at in range(0, len(v), step))}
+    if _valid_utf8(v):
+        out["text"] = Pieces(_text_pieces(v))
+    return out

@@ -204,10 +204,12 @@ typedef struct {
     } unshown;
     int skipped_messages;       /* open legacy messages past the limit, not made */
     int skipping_batch;         /* the open batch is past the limit: not made */
+    int64_t made;               /* schema items made (records apart): past TREE_FIELDS_MAX, no more items */
     struct {                    /* items of an array past the limit (the record limit too), not made */
         int open;
         int level;              /* the depth of their array */
         int depth;              /* > 0 inside one of them: containers open in it */
+        int past_tree_limit;    /* opened by TREE_FIELDS_MAX, not by the array's own count */
         Py_ssize_t start;
         int64_t count;
     } hidden;
@@ -953,9 +955,9 @@ static int f_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t s
 
 /* --- array items past the limit ---------------------------------------------------------------
  * Views that hold a whole tree set a record limit; past as many items, the items of an array (or the fields of
- * a tagged section) are not made either: they are counted into one ItemsNotShown Field that covers their
- * bytes, so that millions of small items cost memory for the limit only. The walk still reads them (and fails
- * where they are bad). */
+ * a tagged section) are not made either, nor any item once the tree has TREE_FIELDS_MAX fields: they are
+ * counted into one ItemsNotShown Field that covers their bytes, so that millions of small items cost memory for
+ * the limit only. The walk still reads them (and fails where they are bad). */
 
 /* Whether what starts here is not made: it is inside an item past the limit, or it is such an item (which
  * opens or extends the run of items not made). `opens`: it is a container, closed by an end call. */
@@ -964,12 +966,19 @@ static int hidden(Fields *s, Py_ssize_t at, int opens) {
         s->hidden.depth += opens;
         return 1;
     }
-    if (!s->record_limit || s->depth == 0 || !current(s)->limited ||
-        PyList_GET_SIZE(current(s)->children) < s->record_limit)
+    if (!s->record_limit || s->depth == 0 || !current(s)->limited) {
+        s->made++;
         return 0;
+    }
+    int past_count = PyList_GET_SIZE(current(s)->children) >= s->record_limit;
+    if (!past_count && s->made < TREE_FIELDS_MAX) {
+        s->made++;
+        return 0;
+    }
     if (!s->hidden.open) {
         s->hidden.open = 1;
         s->hidden.level = s->depth;
+        s->hidden.past_tree_limit = !past_count;
         s->hidden.start = at;
         s->hidden.count = 0;
     }
@@ -987,9 +996,12 @@ static int hidden_end(Fields *s, Py_ssize_t end) {
     }
     if (s->hidden.open && s->hidden.level == s->depth) {
         s->hidden.open = 0;
-        PyObject *note = PyUnicode_FromFormat("%lld more items in %zd bytes, past the %lld this view makes; --json "
-                                              "shows them all", (long long)s->hidden.count, end - s->hidden.start,
-                                              (long long)s->record_limit);
+        PyObject *note = s->hidden.past_tree_limit
+            ? PyUnicode_FromFormat("%lld more items in %zd bytes, past the %d fields this view makes of a message; "
+                                   "--json shows them all", (long long)s->hidden.count, end - s->hidden.start,
+                                   TREE_FIELDS_MAX)
+            : PyUnicode_FromFormat("%lld more items in %zd bytes, past the %lld this view makes; --json shows them "
+                                   "all", (long long)s->hidden.count, end - s->hidden.start, (long long)s->record_limit);
         if (note == NULL ||
             add(s, make(constants[S_ITEMS_UNSHOWN_NAME], constants[S_ITEMS_UNSHOWN_TYPE], s->hidden.start,
                         end - s->hidden.start, PyLong_FromLongLong(s->hidden.count), NULL, note), 0) < 0)

@@ -285,10 +285,12 @@ typedef struct {
     const char *root_label;        /* the type text of the root being walked */
     /* drawing */
     Out prefix;
-    struct {                       /* items of an array past ITEMS_SHOWN (unless all values are shown), not made */
+    struct {                       /* items of an array past ITEMS_SHOWN, or of any array once the tree has
+                                      TREE_FIELDS_MAX nodes (unless all values are shown), not made */
         int open;
         int level;                 /* the depth of their array */
         int depth;                 /* > 0 inside one of them: containers open in it */
+        int past_tree_limit;       /* opened by TREE_FIELDS_MAX, not by the array's own count */
         Py_ssize_t start;
         int64_t count;
     } hidden;
@@ -754,8 +756,9 @@ static int tb_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t 
 }
 
 /* --- array items past ITEMS_SHOWN ------------------------------------------------------------------
- * Unless every value is shown whole (--full), the items of an array past ITEMS_SHOWN are not made into nodes
- * but counted into one line, so that an array of millions of small items costs memory for ITEMS_SHOWN only. */
+ * Unless every value is shown whole (--full), the items of an array past ITEMS_SHOWN, and those of any array
+ * once the tree has TREE_FIELDS_MAX nodes, are not made into nodes but counted into one line, so that an array
+ * of millions of small items (or arrays of arrays) costs memory for what is shown only. */
 
 #define ITEMS_SHOWN 10000
 
@@ -766,12 +769,15 @@ static int hidden(Text *t, Py_ssize_t at, int opens) {
         t->hidden.depth += opens;
         return 1;
     }
-    if (t->limit < 0 || t->depth == 0 || t->open[t->depth - 1].kind != O_ARRAY ||
-        t->open[t->depth - 1].items < ITEMS_SHOWN)
+    if (t->limit < 0 || t->depth == 0 || t->open[t->depth - 1].kind != O_ARRAY)
+        return 0;
+    int past_count = t->open[t->depth - 1].items >= ITEMS_SHOWN;
+    if (!past_count && t->n_nodes < TREE_FIELDS_MAX)
         return 0;
     if (!t->hidden.open) {
         t->hidden.open = 1;
         t->hidden.level = t->depth;
+        t->hidden.past_tree_limit = !past_count;
         t->hidden.start = at;
         t->hidden.count = 0;
     }
@@ -808,8 +814,13 @@ static int g_array_end(Walker *w, Py_ssize_t end, int ok) {
         t->hidden.open = 0;
         Writer wr = arena(t);
         char text[160];
-        snprintf(text, sizeof text, "\xe2\x80\xa6 %lld more items in %zd bytes, past the %d this view shows (--full "
-                 "shows them all)", (long long)t->hidden.count, end - t->hidden.start, ITEMS_SHOWN);
+        if (t->hidden.past_tree_limit)
+            snprintf(text, sizeof text, "\xe2\x80\xa6 %lld more items in %zd bytes, past the %d fields this view "
+                     "shows of a message (--full shows them all)", (long long)t->hidden.count, end - t->hidden.start,
+                     TREE_FIELDS_MAX);
+        else
+            snprintf(text, sizeof text, "\xe2\x80\xa6 %lld more items in %zd bytes, past the %d this view shows "
+                     "(--full shows them all)", (long long)t->hidden.count, end - t->hidden.start, ITEMS_SHOWN);
         int i = start_label(t);
         if (i < 0 || PUT(&wr, text, ST_DIM) < 0)
             return -1;

@@ -43,6 +43,11 @@ enum role {
 extern const char *const role_text[R_COUNT];
 #define INDEX_NAME (-1)
 #define NO_TYPE (-1)
+/* Views that hold a message's tree (Field trees with a record limit; the -V text unless every value is shown)
+ * make at most this many of the fields of its header or body (records apart): past it, the items of every array
+ * are counted, not made, as past the limit of items per array. Arrays nested in arrays, each under that limit,
+ * could otherwise make a field of every byte of a frame. */
+#define TREE_FIELDS_MAX 100000
 
 extern const int kind_size[K_COUNT];
 extern const char *const kind_text[K_COUNT];
