@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kafkasniff.capture.packets import FrameParser
 from kafkasniff.commands.decode import make_options, open_keylog, output_options, tls_keylog_option
 from kafkasniff.commands.heap import collect_rarely
 from kafkasniff.render.output import Output, stdout_gone
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 9092
 TOP_REFRESH_S = 1.0
-REFRESH_CHECK_FRAMES = 256  # under load, frames between looks at the clock for the next --top refresh
 
 
 @click.command("sniff")
@@ -99,7 +97,7 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
 
 
 class LiveSession:
-    """Frames from a LiveCapture through FrameParser -> Analyzer -> Output, optionally into a pcap."""
+    """Segments from a LiveCapture through Analyzer -> Output, a block of the capture's ring at a time."""
 
     def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None, live=None, keylog=None):
         self.capture = capture
@@ -108,19 +106,16 @@ class LiveSession:
         self.next_refresh = 0.0
         self.output = Output(options)
         self.analyzer = Analyzer(ports, keylog=keylog)
-        self.parser = FrameParser()
         self.pcap_file = pcap_file
-        from dpkt import pcap
-
-        from kafkasniff.capture.live import SNAPLEN
-
-        # nanosecond precision: dpkt's microsecond rounding can yield a fraction of 1,000,000
-        self.pcap = pcap.Writer(pcap_file, snaplen=SNAPLEN, linktype=capture.file_linktype,
-                                nano=True) if pcap_file else None
+        if pcap_file:
+            capture.write_pcap(pcap_file)
         self.count = count
         self.counted = 0  # messages that passed the display filters, for -c
-        self.frames = 0
         self.messages = 0
+
+    @property
+    def frames(self) -> int:
+        return self.capture.frames
 
     def run(self, deadline: float | None) -> None:
         """Capture until a stop signal, the deadline or the message count; then flush everything."""
@@ -164,30 +159,24 @@ class LiveSession:
             self.refresh()
 
     def _capture(self, deadline: float | None) -> None:
-        parse, feed, write = self.parser.parse, self.analyzer.feed, self.pcap and self.pcap.writepkt_time
+        feed_all = self.analyzer.feed_all
         refresh = self.refresh
-        for item in self.capture.frames(deadline):
-            if refresh is not None and (item is None or self.frames % REFRESH_CHECK_FRAMES == 0):
+        for segments in self.capture.segment_batches(deadline):
+            if refresh is not None:
                 self._refresh_if_due()
-            if item is None:  # idle: holes that waited too long are given up, frames behind them show
+            if segments is None:  # idle: holes that waited too long are given up, frames behind them show
                 events = self.analyzer.tick(time.time())
                 if events:
                     self._show(events)
                     self.output.flush()
                 continue
-            ts, linktype, frame, wire_len = item
-            self.frames += 1
-            if write:
-                write(frame, ts)
-            segment = parse(frame, linktype, ts, wire_len)
-            if segment is not None:
-                events = feed(segment)
-                if events:
-                    self._show(events)
-                    # users pipe into jq or tee: each message must go out as soon as it is decoded
-                    self.output.flush()
-                    if self.count is not None and self.counted >= self.count:
-                        return
+            events = feed_all(segments)
+            if events:
+                self._show(events)
+                # users pipe into jq or tee: each message must go out as soon as its block is decoded
+                self.output.flush()
+                if self.count is not None and self.counted >= self.count:
+                    return
 
     def _show(self, events: list) -> None:
         count = self.count

@@ -41,6 +41,9 @@ class Analyzer:
     def feed(self, segment: TcpSegment) -> list:
         return self.handle(self.tcp.feed(segment))
 
+    def feed_all(self, segments: list[TcpSegment]) -> list:
+        return self.handle(self.tcp.feed_all(segments))
+
     def tick(self, now: float) -> list:
         """Live capture: capture time passes without traffic, so long-waiting holes are given up, and TLS
         records waiting for their keys are decrypted once the key log has them."""
