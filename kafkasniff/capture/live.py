@@ -38,8 +38,11 @@ SNAPLEN = 262144  # tcpdump's default; larger than loopback's 65,549-byte frames
 DEFAULT_BUFFER_BYTES = 32 << 20
 IDLE_WAKEUP_S = 0.5  # how often an idle capture checks its deadline
 DRAIN_LIMIT_S = 2.0  # after a stop request, how long to keep reading frames already captured
-# A block is handed over once full or this old: how late a message can show when traffic is light.
-RING_BLOCK_TIMEOUT_MS = 10
+# A block is handed over once full, or when the kernel's timer finds it was already filling at its last turn
+# (every RING_BLOCK_TIMEOUT_MS): a message shows at most twice this after its last packet. It also bounds how long
+# the ring can wait for a busy reader while blocks are not full: 64 blocks of 10 ms hold 0.64 s of traffic whatever
+# its rate, of 50 ms up to 3.2 s, or as much as fits (32 MiB: 1 s of bench60's packets at 100,000/s).
+RING_BLOCK_TIMEOUT_MS = 50
 RING_MIN_BLOCKS = 4  # so that the kernel has blocks to fill while one is read, whatever --buffer-size says
 
 SOL_PACKET = 263
@@ -197,7 +200,7 @@ class LiveCapture:
                     self.stop()
             elif self._give_up_at is not None:
                 # Stopping, and no block is ready. Frames the kernel counted may sit in the block it fills,
-                # handed over within RING_BLOCK_TIMEOUT_MS: read on until every frame counted was read.
+                # handed over within 2 x RING_BLOCK_TIMEOUT_MS: read on until every frame counted was read.
                 self._read_counters()
                 if self._packets - self._drops <= self.frames or monotonic() >= self._give_up_at:
                     self._stats_final = True
