@@ -83,6 +83,7 @@ def kafkasniff_command(given: str | None = None) -> list[str]:
 
 
 KAFKASNIFF: str | None = None  # --kafkasniff
+SNIFF_JOBS: int | None = None  # --jobs
 
 
 def view_args(view: str) -> list[str]:
@@ -101,9 +102,10 @@ def view_args(view: str) -> list[str]:
 
 def start_sniffer(ports: list[int], view: str, buffer_mib: int) -> subprocess.Popen:
     port_args = [arg for port in ports for arg in ("--port", str(port))]
+    jobs_args = ["-j", str(SNIFF_JOBS)] if SNIFF_JOBS is not None else []
     sniffer = subprocess.Popen(
         [*kafkasniff_command(KAFKASNIFF), "sniff", "-i", "lo", *port_args, *view_args(view),
-         "-B", str(buffer_mib)],
+         "-B", str(buffer_mib), *jobs_args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ready = sniffer.stderr.readline()
     if not ready.startswith("capturing on"):
@@ -496,11 +498,13 @@ def main() -> None:
     parser.add_argument("--max-rate", type=int, default=2_000_000, help="replay: highest rate tried")
     parser.add_argument("--kafkasniff", help="the kafkasniff command, e.g. 'python -P -m kafkasniff' "
                                               "(default: the kafkasniff beside this Python)")
+    parser.add_argument("--jobs", type=int, help="the sniffer's -j (default: its own default)")
     parser.add_argument("--value-size", type=int, default=100, help="producer: bytes per record value")
     parser.add_argument("--settle", type=float, default=2.0, help="producer: seconds the sniffer gets to catch up")
     args = parser.parse_args()
-    global KAFKASNIFF
+    global KAFKASNIFF, SNIFF_JOBS
     KAFKASNIFF = args.kafkasniff
+    SNIFF_JOBS = args.jobs
     if os.geteuid() != 0:
         sys.exit("run as root: packet capture and tcpreplay need it")
     if args.captures:

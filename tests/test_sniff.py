@@ -125,12 +125,14 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_live_capture_reports_every_exchange_paired_and_writes_a_readable_pcap(recorded_broker, tmp_path):
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_live_capture_reports_every_exchange_paired_and_writes_a_readable_pcap(recorded_broker, tmp_path, jobs):
+    """In one process, and on workers (this process capturing and reassembling TCP)."""
     topic, admin_topic = "sniffed", "sniffed-admin"
     recorded_broker.create_topic(topic, partitions=2)  # straight to the broker: not on the captured port
     port = recorded_broker.port
     pcap_path = tmp_path / "t.pcap"
-    sniffer = Sniffer(["-i", "lo", "--port", str(port), "--json", "-w", str(pcap_path)],
+    sniffer = Sniffer(["-i", "lo", "--port", str(port), "--json", "-w", str(pcap_path), "-j", jobs],
                       tmp_path / "live.jsonl").wait_ready()
     assert sniffer.stderr[0] == f"capturing on lo (filter tcp port {port}; writing {pcap_path})"
 
@@ -217,7 +219,7 @@ def test_sigterm_stops_cleanly_and_count_stops_after_n_messages(broker, unique_n
     topic = unique_name()
     broker.create_topic(topic, partitions=1)
     pcap_path = tmp_path / "term.pcap"
-    everything = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-w", str(pcap_path)],
+    everything = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-w", str(pcap_path), "-j", "2"],
                          tmp_path / "all.jsonl").wait_ready()
     first_three = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-c", "3"],
                           tmp_path / "three.jsonl").wait_ready()
