@@ -105,8 +105,8 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
 def default_jobs(options) -> int:
     """Measured with bench/sniff_throughput.py on 2 busy cores (bench/README.md): on 3 workers the one-line view
     keeps up with twice the packet rate (the workers take the sessions and lines while this process reads and
-    reassembles), but --json of big record batches with a third of it (this process then takes in megabytes of
-    rendered JSON from the workers)."""
+    reassembles). --json gained nothing that stood out from the machine's noise: this process renders the
+    messages with many records itself (RENDERED_BY_PARENT), and they are most of the work."""
     cores = usable_cores()
     return min(cores + 1, MAX_AUTO_JOBS) if options.view == "line" and cores > 1 else 1
 
