@@ -74,8 +74,9 @@ def test_each_membership_change_is_a_generation_with_the_assignment_the_clients_
 def test_committed_offsets_and_positions_are_what_the_last_holders_reported(name):
     notes = load_capture(name).manifest["notes"]["group"]
     found = insight(name)
-    committed = {(row["topic"], row["partition"]): row for row in found.commit_rows()}
-    positions = {(row["topic"], row["partition"]): row for row in found.partition_rows()}
+    lag = found.lag.to_json()
+    committed = {(row["topic"], row["partition"]): row for row in lag["committed"]}
+    positions = {(row["topic"], row["partition"]): row for row in lag["consumers"]}
     for member in notes["phases"][-1]["assignment"]:
         reported = notes["members"][member]
         for topic, partition, offset in reported["committed"]:
@@ -84,7 +85,7 @@ def test_committed_offsets_and_positions_are_what_the_last_holders_reported(name
             assert committed[topic, partition]["lag"] == 0
         for topic, partition, offset in reported["positions"]:
             row = positions[topic, partition]
-            assert (row["group"], row["delivered_to"], row["lag"]) == (notes["group_id"], offset, 0)
+            assert (row["group"], row["delivered_to"], row["last"]["lag"]) == (notes["group_id"], offset, 0)
     assert len(positions) == len(committed) == 3
 
 
@@ -113,7 +114,7 @@ def test_a_slow_consumer_lags_as_its_client_saw_it():
             (row,) = [c for c in consumers if (c["group"], c["topic"], c["partition"]) ==
                       (f"lag-{side}", topic, partition)]
             assert row["delivered_to"] == offset
-        committed = {(c["topic"], c["partition"]): c["committed_offset"] for c in found.commit_rows()
+        committed = {(c["topic"], c["partition"]): c["committed_offset"] for c in found.lag.to_json()["committed"]
                      if c["group"] == f"lag-{side}"}
         assert committed == {(topic, partition): offset for topic, partition, offset in notes[side]["committed"]}
     # Tansu 0.6 answers ListOffsets for the latest offset with the base offset of the partition's last batch
@@ -179,3 +180,51 @@ def test_a_missing_capture_is_one_line_and_status_2(command, tmp_path):
 def test_a_capture_without_groups_says_so():
     result = run("groups", str(load_capture("admin").pcap))
     assert result.output == "no consumer-group traffic in the capture\n"
+
+
+def test_fetches_over_ipv6_count_towards_their_group(tmp_path):
+    """Members are told apart by their address as the connections name it: an IPv6 one too."""
+    from pcapkit import Packet, as_ipv6, read_packets, write_pcap
+
+    pcap = write_pcap(tmp_path / "lag6.pcap", [Packet(ts, as_ipv6(frame)) for ts, frame in
+                                               read_packets(load_capture("consumer_lag").pcap)])
+    found = Insight(samples=False)
+    with open_capture(pcap) as reader:
+        for ev in Analyzer(()).run(reader.segments()):
+            found.observe(ev)
+    assert [(c["group"], c["partition"]) for c in found.lag.to_json()["consumers"]] == [
+        ("lag-fast", 0), ("lag-fast", 1), ("lag-slow", 0), ("lag-slow", 1)]
+
+
+def test_each_partitions_traffic():
+    """What Produce wrote to each partition (the records its clients reported, the bytes of the record sets of
+    the Produce requests, read from their field trees) and what the two consumer groups fetched of it: every
+    record once each."""
+    from kafkasniff.protocol.messages import decode_request
+    from kafkasniff.stream.session import MessageEvent
+
+    produced = {0: 0, 1: 0}
+    for record in load_capture("consumer_lag").produced():
+        produced[record.partition] += 1
+    sent_bytes, sent_at = {0: 0, 1: 0}, []
+    with open_capture(load_capture("consumer_lag").pcap) as reader:
+        for ev in Analyzer(()).run(reader.segments()):
+            if type(ev) is MessageEvent and ev.message.kind == "request" and ev.message.api_key == 0:
+                sent_at.append(ev.ts)
+                for topic in decode_request(ev.payload).body["TopicData"].children:
+                    for partition in topic["PartitionData"].children:
+                        records = partition["Records"]
+                        sent_bytes[partition["Index"].value] += records.end - records.children[0].offset
+    rows = insight("consumer_lag").lag.partitions_json()
+    assert [row["partition"] for row in rows] == [0, 1]
+    for row in rows:
+        partition = row["partition"]
+        assert (row["topic"], row["produced_records"], row["fetched_records"]) == (
+            "lag-topic", produced[partition], 2 * produced[partition])
+        assert (row["produced_bytes"], row["fetched_bytes"]) == (sent_bytes[partition], 2 * sent_bytes[partition])
+        assert (row["first_produced_offset"], row["last_produced_offset"]) == (0, produced[partition] - 1)
+        assert (row["first_produced_at"], row["last_produced_at"]) == (min(sent_at), max(sent_at))
+        assert row["records_per_minute"] == round(produced[partition] * 60 / (max(sent_at) - min(sent_at)), 3)
+        assert (row["high_watermark"], row["last_stable_offset"], row["log_end_offset"]) == (100, 100, 100)
+        assert row["fetch_responses"] == sum(c["fetches"] for c in insight("consumer_lag").lag.to_json()["consumers"]
+                                             if c["partition"] == partition)

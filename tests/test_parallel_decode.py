@@ -5,18 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
-from kafkasniff.cli import main
-from kafkasniff.commands import decode
-from kafkasniff.engine.parallel import WorkerFailed
 from kafkasniff.capture.files import open_capture
+from kafkasniff.capture.packets import FIN, RST
+from kafkasniff.cli import main
+from kafkasniff.commands import decode, sniff
+from kafkasniff.engine.parallel import WorkerFailed, sniff_parallel
 from kafkasniff.render.output import RENDERED_BY_PARENT, Output, OutputOptions
 from kafkasniff.stream.session import MessageEvent
 from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.keylog import KeyLog
 from tests.capture_manifest import CAPTURES_DIR, capture_names
 
 ALL_CAPTURES = [str(CAPTURES_DIR / f"{name}.pcap") for name in capture_names()]
@@ -41,7 +45,7 @@ def test_workers_write_what_one_process_writes(view, jobs):
 
 @pytest.mark.parametrize("filters", [
     ["--topic", "codecs-zstd"], ["--errors-only"], ["--api", "Fetch", "--api", "Metadata"],
-    ["--client-id", "rdkafka"], ["--stream", "3"], ["--topic", "nope"],
+    ["--client-id", "rdkafka"], ["--stream", "3"], ["--topic", "nope"], ["--api", "Fetch"], ["--api", "Produce"],
 ])
 def test_filters_apply_alike(filters):
     for view in ([], ["--json"]):
@@ -117,3 +121,62 @@ def test_workers_hand_big_messages_to_the_parent_to_render():
             handed += line is ev
             rendered += type(line) is bytes
     assert (handed, rendered) == (2, 203)  # a 1 MiB Produce request, its 1 MiB Fetch response
+
+
+@pytest.mark.parametrize("cores, view, expected", [(2, "line", 3), (2, "json", 1), (1, "line", 1), (8, "line", 4)])
+def test_default_workers_of_sniff(monkeypatch, cores, view, expected):
+    monkeypatch.setattr(sniff, "usable_cores", lambda: cores)
+    assert sniff.default_jobs(OutputOptions(view=view)) == expected
+
+
+def message_identities(lines: list[str]) -> list[tuple]:
+    events = [json.loads(line) for line in lines]
+    return sorted((e["stream"], e["kind"], e["api_key"], e["api_version"], e["correlation_id"], e["size"])
+                  for e in events if e["kind"] in ("request", "response"))
+
+
+def recent(path: Path, until: float) -> list:
+    """The segments of a capture whose connections are still open (no FIN, no RST), moved in time to end at
+    `until`: as if captured just now, so that none has been idle for long."""
+    with open_capture(str(path)) as reader:
+        segments = [s for s in reader.segments() if not s.flags & (FIN | RST)]
+    shift = until - segments[-1].ts
+    return [s._replace(ts=s.ts + shift) for s in segments]
+
+
+def test_live_workers_show_what_an_idle_tick_decrypts(tmp_path):
+    """sniff on workers: a TLS client logs its keys only after its records were captured. When the capture is
+    idle, every worker is told the time, reads the key log again and decrypts what waited, and the messages are
+    written then, while the capture goes on (not at its end)."""
+    capture = CAPTURES_DIR / "tls" / "tls13_suites.pcap"
+    keys = capture.with_suffix(".keys")
+    expected = message_identities(run("--json", "--tls-keylog", str(keys), str(capture)).splitlines())
+    tls_streams = 1 + max(stream for stream, *_ in expected)
+    late_keys = tmp_path / "client.keys"
+    now = time.time()
+    # Plaintext connections after the TLS ones: once their lines show, every worker has handled the block.
+    block = recent(capture, now) + recent(CAPTURES_DIR / "admin.pcap", now)
+    out_path = tmp_path / "out.jsonl"
+    before_keys, while_capturing = [], []
+
+    def shown(at_least: int) -> list[str]:
+        waiting_until = time.monotonic() + 30
+        while len(out_path.read_text().splitlines()) < at_least and time.monotonic() < waiting_until:
+            time.sleep(0.05)
+        return out_path.read_text().splitlines()
+
+    def blocks():
+        yield block
+        before_keys.extend(shown(1))
+        late_keys.write_bytes(keys.read_bytes())
+        yield None  # idle
+        while_capturing.extend(shown(len(before_keys) + len(expected)))
+
+    with out_path.open("w") as out:
+        output = Output(OutputOptions(view="json"), out)
+        decoded = sniff_parallel(blocks, output, lambda: Analyzer(keylog=KeyLog([str(late_keys)], follow=True)), 2)
+        output.finish()
+    assert len(expected) == 64
+    assert before_keys and [m for m in message_identities(before_keys) if m[0] < tls_streams] == []
+    assert [m for m in message_identities(while_capturing) if m[0] < tls_streams] == expected
+    assert decoded == len(message_identities(while_capturing))

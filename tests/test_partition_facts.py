@@ -66,6 +66,8 @@ class Oracle:
                 continue
             elif c.type == "records":
                 batches += [b for b in map(_batch, c.children) if b is not None]
+                if c.children:  # the record set's bytes: from where its first item starts to its end
+                    facts[prefix + snake_case(c.name) + "_bytes"] = c.end - c.children[0].offset
             elif c.type.startswith("[]"):
                 for item in c.children:
                     if item.children is not None and item.type not in FIXED_WIDTH:
@@ -134,7 +136,11 @@ def test_legacy_message_sets(magic, codec):
         expected = [(40, 0, 1, False, timestamp), (41, 0, 1, False, timestamp)]
     else:  # one wrapper: its first and last inner offsets, two messages
         expected = [(40, 1, 2, False, timestamp)]
-    assert partitions == [("old", None, 3, {}, expected)]
+    # the record set is the end of the request, after its 4-byte size: that size is the partition's records_bytes
+    ((topic, topic_id, partition, facts, batches),) = partitions
+    size = facts["records_bytes"]
+    assert (topic, topic_id, partition, facts, batches) == ("old", None, 3, {"records_bytes": size}, expected)
+    assert payload[-size - 4:-size] == size.to_bytes(4, "big") and size >= 65
 
 
 def test_a_real_fetch_response_in_plain_numbers():
@@ -144,8 +150,8 @@ def test_a_real_fetch_response_in_plain_numbers():
     assert root == {"throttle_time_ms": 0, "error_code": 0, "session_id": 0}
     assert sorted(partitions) == [
         ("group-topic", None, p, {"error_code": 0, "high_watermark": 2, "last_stable_offset": 2,
-                                  "log_start_offset": 0, "preferred_read_replica": -1},
-         [(0, 1, 2, False, 1795421628057)]) for p in range(3)]
+                                  "log_start_offset": 0, "preferred_read_replica": -1, "records_bytes": size},
+         [(0, 1, 2, False, 1795421628057)]) for p, size in ((0, 633), (1, 145), (2, 197))]
 
 
 TOPIC_ID = "01a20777-d575-7993-9479-7a4c78371a47"

@@ -3,8 +3,9 @@
 The package is copied to a temporary folder, its compiled modules are built there with
 -fsanitize=address,undefined (any report is fatal), and the tests that drive the compiled code hardest run
 against that build in a process of their own: every real frame whole, cut and mutated, random bytes at every
-API version, hostile and damaged records, captures of every link type, TCP cut, reordered and rewritten, captures
-started at every packet, and the golden output of every view.
+API version, hostile and damaged records, captures of every link type, live capture ring blocks whole and
+damaged, TCP cut, reordered and rewritten, captures started at every packet, the golden output of every view, and
+TLS record streams (sealed here, cut, damaged) and captures decrypted.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 SANITIZED_TESTS = ["tests/test_walker.py", "tests/test_partition_facts.py", "tests/test_records.py",
                    "tests/test_robustness.py", "tests/test_capture_files.py", "tests/test_golden.py",
                    "tests/test_compression.py", "tests/test_decode_hard_cases.py", "tests/test_tcp_reassembly.py",
-                   "tests/test_mid_start.py", "tests/test_recorded_cases.py",
+                   "tests/test_mid_start.py", "tests/test_recorded_cases.py", "tests/test_ring_blocks.py",
+                   "tests/test_tls_records.py",
+                   "tests/test_tls.py::test_every_message_names_the_suite_its_connection_used",
+                   "tests/test_tls.py::test_a_corrupted_key_is_reported_and_the_other_connections_decode",
+                   "tests/test_tls.py::test_a_capture_starting_mid_connection_decrypts_once_a_record_is_found",
                    "tests/test_hostile_memory.py::test_hostile_records_stay_in_bounded_memory[zstd zeros-tree]"]
 FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 

@@ -28,7 +28,10 @@ import pytest
 from broker import BROKER_TO_CLIENT, CLIENT_TO_BROKER, TansuBroker, TlsTerminator, free_port
 from clients import (Message, admin_kafka_python, consume_kafka_python, group_session_kafka_python,
                      produce_kafka_python, tls_context)
-from loopback import tls_exchange
+from kafkasniff.capture import live
+from kafkasniff.capture.live import LiveCapture
+from kafkasniff.stream.tcp import A_TO_B, B_TO_A, Gap, StreamData, TcpReassembler
+from loopback import converse, tls_exchange
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 30.0
@@ -122,12 +125,14 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_live_capture_reports_every_exchange_paired_and_writes_a_readable_pcap(recorded_broker, tmp_path):
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_live_capture_reports_every_exchange_paired_and_writes_a_readable_pcap(recorded_broker, tmp_path, jobs):
+    """In one process, and on workers (this process capturing and reassembling TCP)."""
     topic, admin_topic = "sniffed", "sniffed-admin"
     recorded_broker.create_topic(topic, partitions=2)  # straight to the broker: not on the captured port
     port = recorded_broker.port
     pcap_path = tmp_path / "t.pcap"
-    sniffer = Sniffer(["-i", "lo", "--port", str(port), "--json", "-w", str(pcap_path)],
+    sniffer = Sniffer(["-i", "lo", "--port", str(port), "--json", "-w", str(pcap_path), "-j", jobs],
                       tmp_path / "live.jsonl").wait_ready()
     assert sniffer.stderr[0] == f"capturing on lo (filter tcp port {port}; writing {pcap_path})"
 
@@ -214,7 +219,7 @@ def test_sigterm_stops_cleanly_and_count_stops_after_n_messages(broker, unique_n
     topic = unique_name()
     broker.create_topic(topic, partitions=1)
     pcap_path = tmp_path / "term.pcap"
-    everything = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-w", str(pcap_path)],
+    everything = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-w", str(pcap_path), "-j", "2"],
                          tmp_path / "all.jsonl").wait_ready()
     first_three = Sniffer(["-i", "lo", "--port", str(broker.port), "--json", "-c", "3"],
                           tmp_path / "three.jsonl").wait_ready()
@@ -393,3 +398,69 @@ def test_metrics_port_serves_what_the_sniffer_decodes_and_top_shows_it(broker, u
     screen = (tmp_path / "top.txt").read_text()
     assert "kafkasniff --top:" in screen and "rebalances" in screen
     assert [group, "│", topic, "│", "0", "│", "0"] in [line.split()[:7] for line in screen.splitlines()]
+
+
+# -- the ring itself, read in this process -------------------------------------------------------------
+
+
+def read_after_stop(capture: LiveCapture) -> list:
+    """Every segment of a capture that was told to stop: what the kernel holds, all of it."""
+    capture.stop()
+    return [segment for batch in capture.segment_batches() if batch is not None for segment in batch]
+
+
+def stream_events(segments: list) -> list:
+    reassembler = TcpReassembler()
+    return reassembler.feed_all(segments) + reassembler.flush()
+
+
+def test_ring_capture_holds_exactly_the_bytes_of_a_connection():
+    """Both directions of a connection, frames of up to 64 KiB among them, come out of the ring whole and in
+    order, each counted by the kernel and read once."""
+    rng = random.Random(11)
+    steps = [(True, rng.randbytes(100)), (False, rng.randbytes(3 << 20)), (True, rng.randbytes(300_000)),
+             (False, rng.randbytes(7))]
+    port = free_port()
+    with LiveCapture("lo", f"tcp port {port}") as capture:
+        converse(port, steps)
+        segments = read_after_stop(capture)
+        assert capture.kernel_stats() == (capture.frames, 0)
+    assert len(segments) == capture.frames and capture.skipped == {}
+    assert max(len(s.payload) for s in segments) > 65_000  # loopback's big frames, whole
+    assert [s.ts for s in segments] == sorted(s.ts for s in segments)
+    events = stream_events(segments)
+    assert not [e for e in events if type(e) is Gap]
+    for direction, from_client in ((A_TO_B, True), (B_TO_A, False)):
+        assert b"".join(e.data for e in events if type(e) is StreamData and e.direction == direction) == \
+            b"".join(data for sender, data in steps if sender == from_client)
+
+
+def test_a_full_ring_drops_and_the_kernel_counter_says_how_many():
+    """Nothing reads a ring of the smallest size while 16 MiB go by: the kernel drops what does not fit and
+    counts it; every frame it kept is read, and every byte delivered is the byte sent at that offset."""
+    sent = random.Random(5).randbytes(16 << 20)
+    port = free_port()
+    with LiveCapture("lo", f"tcp port {port}", buffer_bytes=1) as capture:
+        assert capture.buffer_bytes == live.RING_MIN_BLOCKS * (512 << 10)  # blocks hold a 256 KiB frame
+        converse(port, [(True, sent[at:at + (2 << 20)]) for at in range(0, len(sent), 2 << 20)])
+        segments = read_after_stop(capture)
+        packets, drops = capture.kernel_stats()
+    assert drops > 0 and packets - drops == capture.frames == len(segments)
+    delivered = [e for e in stream_events(segments) if type(e) is StreamData and e.direction == A_TO_B]
+    assert 0 < sum(len(e.data) for e in delivered) < len(sent)
+    assert all(sent[e.offset:e.offset + len(e.data)] == e.data for e in delivered)
+
+
+def test_stop_from_a_signal_handler_wakes_a_blocked_read(monkeypatch):
+    monkeypatch.setattr(live, "IDLE_WAKEUP_S", 60.0)  # a read that is not woken waits a minute
+    with LiveCapture("lo", f"tcp port {free_port()}") as capture:
+        previous = signal.signal(signal.SIGALRM, lambda *_: capture.stop())
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            began = time.monotonic()
+            batches = list(capture.segment_batches())
+            waited = time.monotonic() - began
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    assert batches == [] and 0.25 < waited < 5

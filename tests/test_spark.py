@@ -2,14 +2,16 @@
 a real standalone cluster (a master and a worker on 127.0.0.1, see sparkcluster.py), one
 session each for the module.
 
-The tables must agree with `kafkasniff decode --json` message for message; a capture cut
-into rotated files, with overlapping inputs and a client port reused, must give the tables
-of the whole capture; the report's numbers must equal those computed from decode's JSON.
+The tables must agree with `kafkasniff decode --json` message for message, and the groups and
+partitions tables with `kafkasniff groups --json` and `lag --json`; a capture cut into rotated
+files, with overlapping inputs and a client port reused, must give the tables of the whole
+capture; the report's numbers must equal those computed from decode's and the commands' JSON.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import shutil
@@ -33,7 +35,7 @@ pytest.importorskip("pyspark")
 from kafkasniff.pipeline.build import build_tables  # noqa: E402
 from kafkasniff.pipeline.inputs import expand_local  # noqa: E402
 from kafkasniff.pipeline.sparkenv import start_session  # noqa: E402
-from kafkasniff.pipeline.tables import TABLES  # noqa: E402
+from kafkasniff.pipeline.tables import DECODED_TABLES, GROUPS, PARTITIONS, TABLES  # noqa: E402
 
 CAPTURES = sorted((Path(__file__).resolve().parents[1] / "captures").glob("*.pcap"))
 SPLIT_CAPTURE = "confluent_codecs.pcap"  # several connections and a 1 MiB Produce over many segments
@@ -90,7 +92,111 @@ def read_table(spark, directory: Path, table) -> list[dict]:
 
 
 def read_tables(spark, directory: Path) -> dict[str, list[dict]]:
-    return {table.name: read_table(spark, directory, table) for table in TABLES}
+    return {table.name: read_table(spark, directory, table) for table in DECODED_TABLES}
+
+
+# ---------------------------------------------------------------- the analysed tables against the commands
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+# keys of the commands' JSON that are capture times (seconds; the tables hold timestamps)
+TIME_KEYS = {"started", "first_join", "formed", "completed", "assigned_at", "ts", "committed_at",
+             "first_produced_at", "last_produced_at", "high_watermark_at", "log_end_at"}
+MAP_COLUMNS = {"errors", "assignment"}  # (pyarrow reads a map as a list of pairs)
+
+
+def with_micros(value, key=None):
+    """Times as microseconds since the epoch, whether a table's timestamps or the commands' seconds."""
+    if isinstance(value, datetime.datetime):
+        return (value - EPOCH) // datetime.timedelta(microseconds=1)
+    if isinstance(value, dict):
+        return {k: with_micros(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_micros(v, key) for v in value]
+    return round(value * 1e6) if key in TIME_KEYS and isinstance(value, float) else value
+
+
+def analysed_rows(directory: Path, table) -> list[dict]:
+    """An analysed table's rows, as its Parquet file holds them (read with pyarrow: Spark would hand nested
+    timestamps over in the local time zone)."""
+    import pyarrow.parquet as pq
+
+    if not list((directory / table.name).glob("*.parquet")):
+        return []
+    rows = pq.read_table(directory / table.name).to_pylist()
+    return [with_micros({k: dict(v) if k in MAP_COLUMNS and v is not None else v for k, v in row.items()})
+            for row in rows]
+
+
+def command_json(*args) -> dict | list:
+    result = CliRunner().invoke(main, [*args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return with_micros(json.loads(result.stdout))
+
+
+GENERATION_KEYS = ("generation", "protocol", "protocol_type", "assignor", "started", "first_join", "formed",
+                   "completed", "causes", "errors", "events")
+MEMBER_KEYS = ("member_id", "client_id", "host", "instance_id", "leader", "subscription", "assignment",
+               "assigned_at")
+
+
+def groups_of(rows: list[dict]) -> list[dict]:
+    """`groups --json` made back from the groups table: generations from their members' rows, in order."""
+    groups = {}
+    for row in rows:
+        group = groups.setdefault(row["group_id"], {"group_id": row["group_id"], "state": row["group_state"],
+                                                    "generations": [], "after_last_generation": None})
+        if row["generation"] is None:
+            if row["started"] is not None or row["causes"] or row["errors"]:
+                group["after_last_generation"] = {key: row[key] for key in ("started", "causes", "errors")}
+            continue
+        generations = group["generations"]
+        if not generations or generations[-1]["generation"] != row["generation"]:
+            generations.append({**{key: row[key] for key in GENERATION_KEYS}, "took_ms": row["rebalance_ms"],
+                                "members": []})
+        if row["member_id"] is not None:
+            generations[-1]["members"].append({key: row[key] for key in MEMBER_KEYS})
+    return list(groups.values())
+
+
+def lag_of(rows: list[dict]) -> dict:
+    """`lag --json` made back from the partitions table (but the samples and end_to_end)."""
+    made = {"partitions": [], "consumers": [], "committed": [], "log_end": []}
+    for row in rows:
+        made["partitions"].append({k: v for k, v in row.items() if k not in ("consumers", "committed")})
+        where = {"topic": row["topic"], "partition": row["partition"]}
+        made["consumers"] += [{**where, **consumer} for consumer in row["consumers"]]
+        made["committed"] += [{**where, **commit} for commit in row["committed"]]
+        if row["log_end_offset"] is not None:
+            made["log_end"].append({**where, "offset": row["log_end_offset"], "ts": row["log_end_at"]})
+    return made
+
+
+def in_time_order(paths) -> list[str]:
+    """Captures by their first packet: the order the pipeline takes them in, and the commands read them in."""
+    def first_ts(path):
+        with open(path, "rb") as f:
+            return next(iter(dpkt.pcap.Reader(f)))[0]
+
+    return [str(path) for path in sorted(paths, key=first_ts)]
+
+
+def assert_analysed_tables_equal_the_commands(directory: Path, paths: list[str]) -> tuple[list, list]:
+    """The groups and partitions tables under `directory` hold what `groups --json` and `lag --json` say of
+    the captures read in this order; returns both tables' rows."""
+    groups, partitions = analysed_rows(directory, GROUPS), analysed_rows(directory, PARTITIONS)
+    assert groups_of(groups) == command_json("groups", "--json", *paths)
+    lag = command_json("lag", "--json", *paths)
+    made = lag_of(partitions)
+    for position in lag["lag"]["consumers"]:
+        del position["samples"]
+
+    def unordered(rows):  # the table holds consumers and commits by partition, the JSON by consumer or group
+        return sorted(json.dumps(row, sort_keys=True) for row in rows)
+
+    assert made["partitions"] == lag["partitions"] and made["log_end"] == lag["lag"]["log_end"]
+    assert unordered(made["consumers"]) == unordered(lag["lag"]["consumers"])
+    assert unordered(made["committed"]) == unordered(lag["lag"]["committed"])
+    return groups, partitions
 
 
 @pytest.fixture(scope="module")
@@ -306,6 +412,7 @@ def test_rotated_files_give_the_tables_of_the_whole_capture(spark, tmp_path):
     assert without(split_tables["records"]) == without(whole_tables["records"])
     assert without(split_tables["connections"], "capture_files") == \
         without(whole_tables["connections"], "capture_files")
+    assert analysed_rows(tmp_path / "split", PARTITIONS) == analysed_rows(tmp_path / "whole", PARTITIONS) != []
     expected = sorted(decode_json(whole), key=order)
     assert [r["stream"] for r in sorted(whole_tables["messages"], key=order)] == [e["stream"] for e in expected]
 
@@ -382,6 +489,8 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
     cells = [c.strip() for c in printed.strip("│").split("│")]
     assert cells[2:6] == [str(len(packets) + 80), str(len(tables["connections"])), str(len(rows)),
                           str(len(tables["records"]))]
+    groups, _ = assert_analysed_tables_equal_the_commands(out, [str(whole)])
+    assert {row["group_id"] for row in groups} == {"kafkasniff-group"}
 
 
 def test_a_capture_without_packets_gives_empty_tables(spark, tmp_path):
@@ -393,7 +502,7 @@ def test_a_capture_without_packets_gives_empty_tables(spark, tmp_path):
     (out / "messages" / "old.parquet").write_bytes(b"an earlier run's file")
     summary = build_tables(spark, expand_local([str(empty)])[0], str(out))
     assert (summary.files, summary.segments, summary.connections, summary.messages, summary.records) == (1, 0, 0, 0, 0)
-    assert sorted(p.name for p in out.iterdir()) == ["connections", "messages", "records"], "no staging left"
+    assert sorted(p.name for p in out.iterdir()) == sorted(t.name for t in TABLES), "no staging left"
     assert all([p.name for p in (out / t.name).iterdir()] == ["_SUCCESS"] for t in TABLES)
     result = CliRunner().invoke(main, ["report", str(out), "--json"])
     assert result.exit_code == 0, result.output
@@ -462,6 +571,28 @@ def test_report_numbers_equal_those_from_decode_json(all_run, decoded):
     assert {r["client_id"]: (r["requests"], r["responses"], r["bytes"], r["connections"]) for r in report["clients"]} \
         == {c: (n["requests"], n["responses"], n["bytes"], len(connections[c])) for c, n in clients.items()}
 
+    groups = command_json("groups", "--json", *in_time_order(CAPTURES))
+    assert report["groups"] == [{
+        "group_id": group["group_id"], "state": group["state"], "protocol": group["generations"][-1]["protocol"],
+        "generations": len(group["generations"]), "last_generation": group["generations"][-1]["generation"],
+        "members": len(group["generations"][-1]["members"]),
+        "max_rebalance_ms": max(g["took_ms"] for g in group["generations"] if g["took_ms"] is not None),
+        "errors": sum(sum(g["errors"].values()) for g in group["generations"]),
+        "last_cause": "; ".join(group["generations"][-1]["causes"])} for group in groups]
+    lag = command_json("lag", "--json", *in_time_order(CAPTURES))
+    expected = []
+    for row in lag["partitions"]:
+        where = (row["topic"], row["partition"])
+        lags = [c["last"]["lag"] for c in lag["lag"]["consumers"] if (c["topic"], c["partition"]) == where]
+        behind = [c["lag"] for c in lag["lag"]["committed"]
+                  if (c["topic"], c["partition"]) == where and c["lag"] is not None]
+        expected.append({**{key: row[key] for key in (
+            "topic", "partition", "produced_records", "produced_bytes", "records_per_minute", "fetched_records",
+            "fetched_bytes", "log_end_offset")}, "consumers": len(lags), "max_consumer_lag": max(lags, default=None),
+            "max_committed_lag": max(behind, default=None)})
+    expected.sort(key=lambda r: (-r["produced_bytes"], -r["fetched_bytes"], r["topic"], r["partition"]))
+    assert report["partitions"] == expected and len(expected) > 20
+
     throttle = defaultdict(list)
     for e in responses:
         if e["body"] is not None and "throttle_time_ms" in e["body"]:
@@ -470,9 +601,16 @@ def test_report_numbers_equal_those_from_decode_json(all_run, decoded):
         {api: (len(v), sum(v), max(v)) for api, v in throttle.items()}
 
 
+def test_groups_and_partitions_tables_equal_the_commands(all_run):
+    """All captures in one run, connections spread over the tasks: the analyses see the run in capture order."""
+    groups, partitions = assert_analysed_tables_equal_the_commands(all_run[0], in_time_order(CAPTURES))
+    assert len({row["group_id"] for row in groups}) == 6 and len(groups) == 33
+    assert len(partitions) == 86 and all(row["consumers"] for row in partitions)
+
+
 def test_spark_command_prints_what_it_wrote(all_run, decoded):
     out, stdout, tables = all_run
-    assert sorted(p.name for p in out.iterdir()) == ["connections", "messages", "records"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(t.name for t in TABLES)
     assert all(d.name.startswith("date=") for d in (out / "messages").iterdir() if d.is_dir())
     messages = sum(len(events) for events in decoded.values())
     row = next(line for line in stdout.splitlines() if line.startswith("│"))
@@ -507,9 +645,21 @@ def test_bad_inputs_fail_before_spark_starts(tmp_path):
     assert (result.exit_code, result.stderr) == (2, f"kafkasniff: {missing}: no such file or folder\n")
     result = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert (result.exit_code, result.stderr) == (
-        2, f"kafkasniff: {tmp_path}: no messages, records, connections table; give the --out folder of "
-           "`kafkasniff spark`\n")
+        2, f"kafkasniff: {tmp_path}: no messages, records, connections, groups, partitions table; give the --out "
+           "folder of `kafkasniff spark`\n")
 
+
+
+def test_kip848_and_share_groups_on_spark(spark, tmp_path):
+    """The heartbeat conversations of test_group_epochs through the pipeline: the groups table says what
+    `groups --json` says, epoch by epoch, and the fetches count towards their group."""
+    from test_group_epochs import consumer_group_capture, share_group_capture
+
+    paths = [consumer_group_capture(tmp_path / "consumer.pcap"), share_group_capture(tmp_path / "share.pcap")]
+    summary = build_tables(spark, expand_local(list(map(str, paths)))[0], str(tmp_path / "tables"))
+    groups, partitions = assert_analysed_tables_equal_the_commands(tmp_path / "tables", in_time_order(paths))
+    assert (summary.groups, summary.partitions) == (len(groups), len(partitions)) == (24, 3)
+    assert {c["group"] for row in partitions for c in row["consumers"]} == {"orders-app"}
 
 
 # ---------------------------------------------------------------- TLS

@@ -7,8 +7,15 @@ its assignment from the leader's SyncGroup request and each member's SyncGroup r
 
 KIP-848 (ConsumerGroupHeartbeat) and share groups (ShareGroupHeartbeat): a generation is a group epoch, first
 seen when a heartbeat response gives a member an epoch above the group's; its members are those in the group
-then, each with the target assignment the heartbeats gave it, and it is complete once every one of them has
-been given the epoch.
+then, each with the assignment the heartbeats give it at that epoch (a partition another member still has to
+revoke comes in a later heartbeat of the same epoch), and it is complete once every one of them has been given
+the epoch and its partitions. Assignments name topics by id: they are named, when shown, from the Metadata
+(and similar) responses of the whole capture, which clients often send after their first assignment. A member
+the coordinator no longer knows (UNKNOWN_MEMBER_ID: its session or rebalance timed out) was removed before the
+first epoch it never reached, which that removal started. A member told to rejoin (FENCED_MEMBER_EPOCH,
+UNKNOWN_MEMBER_ID) sends epoch 0 with its member id; when its answer keeps the group's epoch (the coordinator
+gives it back its place), the rejoining and the error it followed are events of the current generation rather
+than the start of a rebalance.
 
 What started a rebalance is what happened since the generation before was formed: a member joining (a
 JoinGroup without a member id, or a member id the last generation did not have; a heartbeat at epoch 0), a
@@ -24,24 +31,30 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from kafkasniff.analyses.wire import body, client_address, client_id, request_body
+from kafkasniff.analyses.wire import (CONSUMER_GROUP_HEARTBEAT, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, OFFSET_COMMIT,
+                                      SHARE_GROUP_HEARTBEAT, SYNC_GROUP, Seen)
 from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.topics import TopicNames
-from kafkasniff.stream.session import MessageEvent
+from kafkasniff.stream.session import endpoint_text
 
-OFFSET_COMMIT, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = 8, 12, 11, 13, 14
-CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 68, 76
 GROUP_APIS = frozenset({OFFSET_COMMIT, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT,
                         SHARE_GROUP_HEARTBEAT})
 # The APIs whose messages change generations, members or assignments.
 ASSIGNING_APIS = frozenset({JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT})
-MEMBER_ID_REQUIRED = 79
+MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID = 79, 25
 REBALANCE_IN_PROGRESS = "REBALANCE_IN_PROGRESS"
 # Member epochs a KIP-848 heartbeat request sends to join and to leave (static members: -2).
 JOINING_EPOCH, LEAVING_EPOCHS = 0, (-1, -2)
 PROTOCOLS = {CONSUMER_GROUP_HEARTBEAT: "consumer", SHARE_GROUP_HEARTBEAT: "share"}
 
 Assignment = dict[str, list[int]]  # topic -> partitions
+
+
+@dataclass
+class Trigger:
+    ts: float
+    text: str
+    primary: bool  # a membership or subscription change; else something clients said
 
 
 @dataclass
@@ -54,19 +67,18 @@ class MemberInfo:
     instance_id: str | None = None
     session_timeout_ms: int | None = None
     subscription: list[str] | None = None
+    ip: str | None = None                  # the address of `host`, as the connections name it
     last_heard: float | None = None
     left_at: float | None = None
-    assignment: Assignment | None = None   # KIP-848: the latest target assignment given
+    # KIP-848 and share groups
+    assignment: Assignment | None = None   # the latest assignment given (topics by id)
+    answered_at: float | None = None       # its last heartbeat answered with an epoch
+    errors: Counter = field(default_factory=Counter)  # what its heartbeats were told since then
+    errors_in: Rebalance | None = None     # the rebalance those errors count towards
+    rejoining: Trigger | None = None       # its heartbeat at epoch 0, until answered
 
     def label(self) -> str:
         return self.client_id if self.client_id is not None else short_id(self.member_id)
-
-
-@dataclass
-class Trigger:
-    ts: float
-    text: str
-    primary: bool  # a membership or subscription change; else something clients said
 
 
 @dataclass
@@ -92,6 +104,8 @@ class Generation:
     synced: dict[str, float] = field(default_factory=dict)  # member id -> when it got its assignment (epoch)
     errors: Counter = field(default_factory=Counter)        # the generation's own (SyncGroup) errors
     dropped: list[Trigger] = field(default_factory=list)    # members of the one before that vanished
+    events: list[Trigger] = field(default_factory=list)     # KIP-848: rejoinings settled within it
+    hosts: dict[str, str] = field(default_factory=dict)     # KIP-848: member id -> its host at this epoch
 
     @property
     def completed(self) -> float | None:
@@ -109,7 +123,8 @@ class Group:
         self.members: dict[str, MemberInfo] = {}
         self.pending = Rebalance()
         self.joined: set[str] = set()        # member ids whose joining is already a trigger of `pending`
-        self.current: set[str] = set()       # KIP-848: members in the group now
+        self.current: dict[str, None] = {}   # KIP-848: members in the group now, in order of joining
+        self.server_assignor: str | None = None  # KIP-848: the assignor members last asked for
 
     @property
     def latest(self) -> Generation | None:
@@ -125,8 +140,10 @@ class Group:
         if member_id:
             self.member(member_id).last_heard = ts
 
-    def trigger(self, ts: float, text: str, primary: bool = True) -> None:
-        self.pending.triggers.append(Trigger(ts, text, primary))
+    def trigger(self, ts: float, text: str, primary: bool = True) -> Trigger:
+        found = Trigger(ts, text, primary)
+        self.pending.triggers.append(found)
+        return found
 
     def form(self, generation: int, protocol: str, ts: float) -> Generation:
         """A generation first seen: what happened since the one before is what started it."""
@@ -161,7 +178,7 @@ class GroupTracker:
         self.version = 0  # grows with every change of a generation or assignment (owner's index is remade)
         self._owners: dict[tuple, set[str]] = {}   # (topic, partition, client id, ip) -> groups
         self._members: dict[tuple, set[str]] = {}  # (client id, ip) -> groups
-        self._owners_version = -1
+        self._owners_version: tuple = ()
 
     def group(self, group_id: str) -> Group:
         found = self.groups.get(group_id)
@@ -169,53 +186,50 @@ class GroupTracker:
             found = self.groups[group_id] = Group(group_id)
         return found
 
-    def observe(self, ev: MessageEvent) -> None:
-        m = ev.message
-        if m.api_key not in GROUP_APIS or m.malformed is not None:
+    def observe(self, s: Seen) -> None:
+        if s.api_key not in GROUP_APIS or s.malformed:
             return
-        if m.api_key in ASSIGNING_APIS:
+        if s.api_key in ASSIGNING_APIS:
             self.version += 1
-        if m.kind == "request":
-            handle = _REQUESTS.get(m.api_key)
-            found = body(ev) if handle else None
-            if found is not None and found.get("group_id") is not None:
-                handle(self, self.group(found["group_id"]), ev, found)
+        if s.kind == "request":
+            handle = _REQUESTS.get(s.api_key)
+            if handle is not None and s.body is not None and s.body.get("group_id") is not None:
+                handle(self, self.group(s.body["group_id"]), s, s.body)
             return
-        request = request_body(ev)
-        found = body(ev)
-        if request is None or found is None or request.get("group_id") is None:
+        request = s.request.body if s.request is not None else None
+        if request is None or s.body is None or request.get("group_id") is None:
             return
-        _RESPONSES[m.api_key](self, self.group(request["group_id"]), ev, request, found)
+        _RESPONSES[s.api_key](self, self.group(request["group_id"]), s, request, s.body)
 
     # --- classic protocol ------------------------------------------------------------------------
 
-    def _join_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
+    def _join_request(self, group: Group, s: Seen, request: dict) -> None:
         member_id = request.get("member_id") or ""
-        who = f"{client_id(ev)} ({client_address(ev)})"
+        who = f"{s.client_id} ({endpoint_text(s.client)})"
         subscription = _subscription(request)
         if member_id:
             info = group.member(member_id)
-            info.last_heard = ev.ts
+            info.last_heard = s.ts
             latest = group.latest
             if latest is not None and member_id in latest.members:
                 before = latest.subscriptions.get(member_id)
                 if subscription is not None and before is not None and subscription != before:
-                    group.trigger(ev.ts, f"{info.label()} changed its subscription to {', '.join(subscription)}")
+                    group.trigger(s.ts, f"{info.label()} changed its subscription to {', '.join(subscription)}")
             elif member_id not in group.joined:
                 group.joined.add(member_id)
-                group.trigger(ev.ts, f"{who} joined")
+                group.trigger(s.ts, f"{who} joined")
         else:
-            group.trigger(ev.ts, f"{who} joined")
+            group.trigger(s.ts, f"{who} joined")
         if request.get("reason"):
-            group.trigger(ev.ts, f"{client_id(ev)} rejoined: {request['reason']}", primary=False)
+            group.trigger(s.ts, f"{s.client_id} rejoined: {request['reason']}", primary=False)
         if group.pending.first_join is None:
-            group.pending.first_join = ev.ts
+            group.pending.first_join = s.ts
 
-    def _join_response(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _join_response(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         code = response.get("error_code", 0)
         member_id = response.get("member_id") or request.get("member_id") or ""
         if member_id:
-            self._describe(group, member_id, ev, request)
+            self._describe(group, member_id, s, request)
         if code:
             group.pending.errors[error_name(code)] += 1
             if code == MEMBER_ID_REQUIRED and member_id:
@@ -224,7 +238,7 @@ class GroupTracker:
         number = response["generation_id"]
         gen = group.by_id.get(number)
         if gen is None:
-            gen = group.form(number, "classic", ev.ts)
+            gen = group.form(number, "classic", s.ts)
         gen.protocol_type = response.get("protocol_type") or request.get("protocol_type")
         gen.assignor = response.get("protocol_name") or gen.assignor
         gen.leader = response.get("leader") or gen.leader
@@ -241,14 +255,14 @@ class GroupTracker:
         if response.get("members"):
             self._note_dropped(group, gen)
 
-    def _describe(self, group: Group, member_id: str, ev: MessageEvent, request: dict) -> None:
+    def _describe(self, group: Group, member_id: str, s: Seen, request: dict) -> None:
         info = group.member(member_id)
-        info.client_id = client_id(ev)
-        info.host = client_address(ev)
+        info.client_id = s.client_id
+        info.host, info.ip = endpoint_text(s.client), s.client[0]
         info.instance_id = request.get("group_instance_id") or info.instance_id
         info.session_timeout_ms = request.get("session_timeout_ms", info.session_timeout_ms)
         info.subscription = _subscription(request) or info.subscription
-        info.last_heard = ev.ts
+        info.last_heard = s.ts
 
     def _note_dropped(self, group: Group, gen: Generation) -> None:
         """Members of the generation before that are not in this one and never said they left."""
@@ -264,8 +278,8 @@ class GroupTracker:
             gen.dropped.append(Trigger(info.last_heard or gen.formed,
                                        f"{info.label()} dropped out without leaving ({heard}{timeout})", True))
 
-    def _sync_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
-        group.heard(request.get("member_id"), ev.ts)
+    def _sync_request(self, group: Group, s: Seen, request: dict) -> None:
+        group.heard(request.get("member_id"), s.ts)
         gen = group.by_id.get(request.get("generation_id"))
         if gen is None:
             return
@@ -274,7 +288,7 @@ class GroupTracker:
             if assignment is not None:
                 gen.members[entry["member_id"]] = assignment
 
-    def _sync_response(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _sync_response(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         code = response.get("error_code", 0)
         gen = group.by_id.get(request.get("generation_id"))
         if code:
@@ -286,90 +300,134 @@ class GroupTracker:
         assignment = _assignment_of(response.get("assignment"))
         if assignment is not None or gen.members.get(member_id) is None:
             gen.members[member_id] = assignment
-        gen.synced[member_id] = ev.ts
+        gen.synced[member_id] = s.ts
 
-    def _heartbeat_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
-        group.heard(request.get("member_id"), ev.ts)
+    def _heartbeat_request(self, group: Group, s: Seen, request: dict) -> None:
+        group.heard(request.get("member_id"), s.ts)
 
-    def _answered(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _answered(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         """Heartbeat, LeaveGroup and OffsetCommit responses: their errors; a rebalance the broker signals."""
-        for code in ev.message.errors:
+        for code in s.errors:
             name = error_name(code)
             group.pending.errors[name] += 1
-            if name == REBALANCE_IN_PROGRESS and ev.message.api_key == HEARTBEAT:
-                group.trigger(ev.ts, f"{client_id(ev)} was told the group is rebalancing", primary=False)
+            if name == REBALANCE_IN_PROGRESS and s.api_key == HEARTBEAT:
+                group.trigger(s.ts, f"{s.client_id} was told the group is rebalancing", primary=False)
 
-    def _leave_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
+    def _leave_request(self, group: Group, s: Seen, request: dict) -> None:
         leaving = request.get("members") or [{"member_id": request.get("member_id")}]
         for entry in leaving:
             member_id = entry.get("member_id")
             if not member_id:
                 continue
             info = group.member(member_id)
-            info.left_at = ev.ts
+            info.left_at = s.ts
             reason = f": {entry['reason']}" if entry.get("reason") else ""
-            group.trigger(ev.ts, f"{info.label()} left (LeaveGroup{reason})")
+            group.trigger(s.ts, f"{info.label()} left (LeaveGroup{reason})")
 
-    def _commit_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
-        group.heard(request.get("member_id"), ev.ts)
+    def _commit_request(self, group: Group, s: Seen, request: dict) -> None:
+        group.heard(request.get("member_id"), s.ts)
 
     # --- KIP-848 and share groups ----------------------------------------------------------------
 
-    def _heartbeat_v2_request(self, group: Group, ev: MessageEvent, request: dict) -> None:
+    def _heartbeat_v2_request(self, group: Group, s: Seen, request: dict) -> None:
         member_id, epoch = request.get("member_id") or "", request.get("member_epoch")
-        who = group.member(member_id).label() if member_id else f"{client_id(ev)} ({client_address(ev)})"
+        known = group.members.get(member_id) if member_id else None
+        who = known.label() if known is not None else f"{s.client_id} ({endpoint_text(s.client)})"
         if member_id:
-            group.heard(member_id, ev.ts)
+            group.heard(member_id, s.ts)
+        if request.get("server_assignor"):
+            group.server_assignor = request["server_assignor"]
         if epoch == JOINING_EPOCH:
-            group.trigger(ev.ts, f"{client_id(ev)} ({client_address(ev)}) joined")
+            address = f"{s.client_id} ({endpoint_text(s.client)})"
+            if known is not None and known.answered_at is not None:  # told to rejoin, or back from leaving
+                after = f" after {', '.join(sorted(known.errors))}" if known.errors else ""
+                joining = group.trigger(s.ts, f"{address} rejoined{after}")
+            else:
+                joining = group.trigger(s.ts, f"{address} joined")
+            if member_id:  # (before KIP-1082 the coordinator names new members: nothing to settle by)
+                group.member(member_id).rejoining = joining
         elif epoch in LEAVING_EPOCHS:
             if member_id:
-                group.member(member_id).left_at = ev.ts
-                group.current.discard(member_id)
-            group.trigger(ev.ts, f"{who} left (heartbeat at epoch {epoch})")
+                group.member(member_id).left_at = s.ts
+                group.current.pop(member_id, None)
+            group.trigger(s.ts, f"{who} left (heartbeat at epoch {epoch})")
         subscription = request.get("subscribed_topic_names")
         if member_id and subscription is not None:
             info = group.member(member_id)
             if info.subscription is not None and sorted(subscription) != info.subscription:
-                group.trigger(ev.ts, f"{who} changed its subscription to {', '.join(sorted(subscription))}")
+                group.trigger(s.ts, f"{who} changed its subscription to {', '.join(sorted(subscription))}")
             info.subscription = sorted(subscription)
 
-    def _heartbeat_v2_response(self, group: Group, ev: MessageEvent, request: dict, response: dict) -> None:
+    def _heartbeat_v2_response(self, group: Group, s: Seen, request: dict, response: dict) -> None:
         code = response.get("error_code", 0)
+        asked_by = request.get("member_id") or ""
         if code:
-            group.pending.errors[error_name(code)] += 1
+            name = error_name(code)
+            group.pending.errors[name] += 1
+            if asked_by:
+                info = group.member(asked_by)
+                info.errors[name] += 1
+                info.errors_in = group.pending
+                if code == UNKNOWN_MEMBER_ID:
+                    self._removed(group, info, s.ts)
             return
         if request.get("member_epoch") in LEAVING_EPOCHS:
             return
-        member_id = response.get("member_id") or request.get("member_id")
+        member_id = response.get("member_id") or asked_by
         epoch = response.get("member_epoch")
         if not member_id or epoch is None or epoch < 0:
             return
         info = group.member(member_id)
-        info.client_id, info.host, info.last_heard = client_id(ev), client_address(ev), ev.ts
+        info.client_id, info.host, info.ip, info.last_heard = s.client_id, endpoint_text(s.client), s.client[0], s.ts
         info.instance_id = request.get("instance_id") or info.instance_id
-        group.current.add(member_id)
-        if response.get("assignment") is not None:
-            info.assignment = self._epoch_assignment(response["assignment"])
+        info.answered_at = s.ts
+        rejoining, info.rejoining = info.rejoining, None
+        errors, info.errors = info.errors if info.errors_in is group.pending else Counter(), Counter()
+        group.current[member_id] = None
+        changed = response.get("assignment") is not None
+        if changed:
+            info.assignment = _epoch_assignment(response["assignment"])
         gen = group.latest
         if gen is None or epoch > gen.generation:
-            gen = group.form(epoch, PROTOCOLS[ev.message.api_key], ev.ts)
-            gen.assignor = request.get("server_assignor")
+            gen = group.form(epoch, PROTOCOLS[s.api_key], s.ts)
+            gen.assignor = group.server_assignor
             for mid in group.current:
-                gen.members[mid] = group.member(mid).assignment
-                gen.subscriptions[mid] = group.member(mid).subscription
+                known = group.member(mid)
+                gen.members[mid], gen.subscriptions[mid] = known.assignment, known.subscription
+                gen.hosts[mid] = known.host
+        elif epoch == gen.generation and rejoining is not None and rejoining in group.pending.triggers:
+            # Given its place back at the group's epoch: its rejoining started no rebalance.
+            group.pending.triggers.remove(rejoining)
+            gen.events.append(rejoining)
+            group.pending.errors.subtract(errors)
+            group.pending.errors = +group.pending.errors  # (names counted down to nothing go)
+            gen.errors.update(errors)
         if epoch == gen.generation:
+            if changed or member_id not in gen.synced:
+                gen.synced[member_id] = s.ts  # given the epoch, or at it the partitions it waited for
             gen.members[member_id] = info.assignment
             gen.subscriptions[member_id] = info.subscription
-            gen.synced.setdefault(member_id, ev.ts)
+            gen.hosts[member_id] = info.host
 
-    def _epoch_assignment(self, assignment: dict) -> Assignment:
-        out: Assignment = {}
-        by_id = self.topic_names.by_id
-        for entry in assignment.get("topic_partitions") or ():
-            topic_id = entry.get("topic_id")
-            out.setdefault(by_id.get(topic_id, topic_id), []).extend(entry.get("partitions") or ())
-        return {topic: sorted(partitions) for topic, partitions in sorted(out.items())}
+    def _removed(self, group: Group, info: MemberInfo, ts: float) -> None:
+        """A member the coordinator does not know: it was removed (its session or rebalance timed out) before
+        the first epoch it did not reach, and is a member of neither that one nor any after."""
+        if info.member_id not in group.current:
+            return  # out already (it left, or was told before)
+        del group.current[info.member_id]
+        reached = [gen for gen in group.generations if info.member_id in gen.synced]
+        after = group.generations[group.generations.index(reached[-1]) + 1:] if reached else []
+        answered = f"last answered {clock(info.answered_at)}" if info.answered_at is not None else "never answered"
+        text = f"{info.label()} dropped out without leaving ({answered}, then UNKNOWN_MEMBER_ID)"
+        for gen in after:
+            gen.members.pop(info.member_id, None)
+            gen.subscriptions.pop(info.member_id, None)
+            gen.hosts.pop(info.member_id, None)
+        if after:
+            after[0].dropped.append(Trigger(info.answered_at if info.answered_at is not None else after[0].formed,
+                                            text, True))
+        else:
+            group.trigger(ts, text)
 
     # --- what other analyses ask -----------------------------------------------------------------
 
@@ -377,25 +435,44 @@ class GroupTracker:
         """The group a fetch of this partition by this client id from this host is for: the one whose latest
         generation gives the partition to such a member; else (a member still fetching what a rebalance just
         took from it) the one whose latest generation has such a member; None unless exactly one group does."""
-        if self._owners_version != self.version:
+        by_id = self.topic_names.by_id
+        if self._owners_version != (self.version, len(by_id)):  # (an id named since: assignments read anew)
             self._owners, self._members = {}, {}
             for group in self.groups.values():
                 gen = group.latest
                 for member_id, assignment in (gen.members.items() if gen is not None else ()):
                     info = group.members.get(member_id)
-                    if info is None or info.host is None:
+                    if info is None or info.ip is None:
                         continue
-                    who = (info.client_id, info.host.rpartition(":")[0])
+                    who = (info.client_id, info.ip)
                     self._members.setdefault(who, set()).add(group.group_id)
-                    for name, numbers in (assignment or {}).items():
+                    for name, numbers in (named(assignment, by_id) or {}).items():
                         for number in numbers:
                             self._owners.setdefault((name, number, *who), set()).add(group.group_id)
-            self._owners_version = self.version
+            self._owners_version = (self.version, len(by_id))
         found = self._owners.get((topic, partition, client, host_ip)) or self._members.get((client, host_ip))
         return next(iter(found)) if found is not None and len(found) == 1 else None
 
     def to_json(self) -> list[dict]:
-        return [group_json(group) for _, group in sorted(self.groups.items())]
+        return [group_json(group, self.topic_names.by_id) for _, group in sorted(self.groups.items())]
+
+
+def _epoch_assignment(assignment: dict) -> Assignment:
+    """A heartbeat's assignment: partitions by topic id (named when shown: see `named`)."""
+    out: Assignment = {}
+    for entry in assignment.get("topic_partitions") or ():
+        out.setdefault(entry.get("topic_id"), []).extend(entry.get("partitions") or ())
+    return {topic_id: sorted(partitions) for topic_id, partitions in sorted(out.items())}
+
+
+def named(assignment: Assignment | None, by_id: dict[str, str]) -> Assignment | None:
+    """The assignment with its topic ids named (those the capture names), by topic name."""
+    if assignment is None or not any(topic in by_id for topic in assignment):
+        return assignment  # (classic assignments name their topics)
+    out: Assignment = {}
+    for topic, partitions in assignment.items():
+        out.setdefault(by_id.get(topic, topic), []).extend(partitions)
+    return {topic: sorted(set(partitions)) for topic, partitions in sorted(out.items())}
 
 
 def _subscription(request: dict) -> list[str] | None:
@@ -467,26 +544,29 @@ def took_ms(gen: Generation) -> float | None:
     return round((completed - begin) * 1000, 3)
 
 
-def member_json(group: Group, member_id: str, assignment: Assignment | None, gen: Generation) -> dict:
+def member_json(group: Group, member_id: str, assignment: Assignment | None, gen: Generation,
+                by_id: dict[str, str]) -> dict:
     info = group.member(member_id)
-    return {"member_id": member_id, "client_id": info.client_id, "host": info.host, "instance_id": info.instance_id,
+    return {"member_id": member_id, "client_id": info.client_id, "host": gen.hosts.get(member_id, info.host),
+            "instance_id": info.instance_id,
             "leader": member_id == gen.leader if gen.protocol == "classic" else None,
-            "subscription": gen.subscriptions.get(member_id), "assignment": assignment,
+            "subscription": gen.subscriptions.get(member_id), "assignment": named(assignment, by_id),
             "assigned_at": gen.synced.get(member_id)}
 
 
-def generation_json(group: Group, gen: Generation) -> dict:
+def generation_json(group: Group, gen: Generation, by_id: dict[str, str]) -> dict:
     errors = gen.rebalance.errors + gen.errors
     return {
         "generation": gen.generation, "protocol": gen.protocol, "protocol_type": gen.protocol_type,
         "assignor": gen.assignor, "started": started(gen), "first_join": gen.rebalance.first_join,
         "formed": gen.formed, "completed": gen.completed, "took_ms": took_ms(gen),
         "causes": [t.text for t in causes(gen)], "errors": dict(sorted(errors.items())),
-        "members": [member_json(group, mid, assignment, gen) for mid, assignment in gen.members.items()],
+        "events": [t.text for t in gen.events],
+        "members": [member_json(group, mid, assignment, gen, by_id) for mid, assignment in gen.members.items()],
     }
 
 
-def group_json(group: Group) -> dict:
+def group_json(group: Group, by_id: dict[str, str]) -> dict:
     pending = group.pending
     unfinished = None
     if pending.triggers or pending.errors:
@@ -494,5 +574,5 @@ def group_json(group: Group) -> dict:
                       "causes": [t.text for t in sorted(pending.triggers, key=lambda t: t.ts)],
                       "errors": dict(sorted(pending.errors.items()))}
     return {"group_id": group.group_id, "state": group.state(),
-            "generations": [generation_json(group, gen) for gen in group.generations],
+            "generations": [generation_json(group, gen, by_id) for gen in group.generations],
             "after_last_generation": unfinished}

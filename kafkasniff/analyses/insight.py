@@ -4,19 +4,18 @@
     for ev in events:              # MessageEvents in capture order (others are ignored)
         insight.observe(ev)
     insight.to_json()              # {"groups": [...], "lag": {...}, "end_to_end": [...]}
-    insight.group_rows()           # one flat record per member of each generation
-    insight.partition_rows()       # one flat record per (consumer, topic, partition): fetch position and lag
-    insight.commit_rows()          # one per (group, topic, partition): committed offset against the log end
-    insight.latency_rows()         # one per (topic, consumer): produce-to-fetch latency of records
+    insight.group_rows()           # the Spark `groups` table: a row per member of each generation
+    insight.partition_rows()       # the Spark `partitions` table: a row per topic and partition
 
-Rows are dicts of plain values (str, int, float, None, lists of int), the same for every capture, so they
-go straight into a table.
+Rows are dicts of plain values (str, int, float, bool, None, lists and dicts of them), made from the same
+values `groups --json` and `lag --json` print, so the tables hold what the commands say.
 """
 
 from __future__ import annotations
 
-from kafkasniff.analyses.groups import GroupTracker, causes, started, took_ms
+from kafkasniff.analyses.groups import GroupTracker
 from kafkasniff.analyses.lag import LagTracker
+from kafkasniff.analyses.wire import Seen, seen
 from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.stream.session import MessageEvent
 
@@ -29,49 +28,56 @@ class Insight:
         self.lag = LagTracker(self.groups, self.topic_names, samples)
 
     def observe(self, ev) -> None:
-        if type(ev) is not MessageEvent:
-            return
-        self.topic_names.resolve(ev.message.mentions)  # learns the (id, name) pairs, to name ids later
-        self.groups.observe(ev)
-        self.lag.observe(ev)
+        if type(ev) is MessageEvent:
+            found = seen(ev)
+            if found is not None:
+                self.take(found)
+
+    def take(self, s: Seen) -> None:
+        """One message as the analyses read it (wire.seen), in capture order."""
+        if s.pairs:
+            self.topic_names.by_id.update(s.pairs)  # learns the (id, name) pairs, to name ids later
+        self.groups.observe(s)
+        self.lag.observe(s)
 
     def to_json(self) -> dict:
         return {"groups": self.groups.to_json(), "lag": self.lag.to_json(), "end_to_end": self.lag.latency.to_json()}
 
     def group_rows(self) -> list[dict]:
+        """Per group, a row per member of each generation (the generation's facts repeated), then a row with
+        `generation` null for what happened after the last generation (when anything did, or no generation was
+        seen): its start, causes and errors."""
         rows = []
-        for group_id, group in sorted(self.groups.groups.items()):
-            for gen in group.generations:
-                for member_id, assignment in gen.members.items():
-                    info = group.member(member_id)
-                    rows.append({
-                        "group_id": group_id, "generation": gen.generation, "protocol": gen.protocol,
-                        "assignor": gen.assignor, "started": started(gen), "formed": gen.formed,
-                        "completed": gen.completed, "rebalance_ms": took_ms(gen),
-                        "cause": "; ".join(t.text for t in causes(gen)), "member_id": member_id,
-                        "client_id": info.client_id, "host": info.host, "leader": member_id == gen.leader,
-                        "assignment": [[topic, partition] for topic, partitions in (assignment or {}).items()
-                                       for partition in partitions]})
+        for group in self.groups.to_json():
+            common = {"group_id": group["group_id"], "group_state": group["state"]}
+            for gen in group["generations"]:
+                facts = {**common, **{key: gen[key] for key in GENERATION_COLUMNS}, "rebalance_ms": gen["took_ms"]}
+                rows += [{**facts, **member} for member in gen["members"]] or [{**facts, **NO_MEMBER}]
+            after = group["after_last_generation"]
+            if after is not None or not group["generations"]:
+                after = after or {"started": None, "causes": [], "errors": {}}
+                rows.append({**common, **dict.fromkeys(GENERATION_COLUMNS), "events": [], "rebalance_ms": None,
+                             **after, **NO_MEMBER})
         return rows
 
     def partition_rows(self) -> list[dict]:
-        rows = []
-        for position in self.lag.consumer_rows():
-            last, worst = position.last, position.max_lag
-            rows.append({"group": position.group, "client_id": position.client_id, "topic": position.topic,
-                         "partition": position.partition, "fetches": position.fetches, "fetched_at": last[0],
-                         "fetch_offset": last[1], "high_watermark": last[2], "last_stable_offset": last[3],
-                         "lag": last[4], "max_lag": worst[4], "max_lag_at": worst[0],
-                         "delivered_to": self.lag.delivered_to(position)})
-        return rows
+        """A row per topic and partition: its traffic and log end (lag --json's `partitions`), the consumers
+        fetching it (`consumers`, without the samples) and the groups' committed offsets (`committed`)."""
+        lag = self.lag.to_json()
+        consumers, committed = {}, {}
+        for position in lag["consumers"]:
+            consumers.setdefault((position["topic"], position["partition"]), []).append(
+                {key: value for key, value in position.items() if key not in ("topic", "partition", "samples")})
+        for commit in lag["committed"]:
+            committed.setdefault((commit["topic"], commit["partition"]), []).append(
+                {key: value for key, value in commit.items() if key not in ("topic", "partition")})
+        return [{**row, "consumers": consumers.get((row["topic"], row["partition"]), []),
+                 "committed": committed.get((row["topic"], row["partition"]), [])}
+                for row in self.lag.partitions_json()]
 
-    def commit_rows(self) -> list[dict]:
-        return [self.lag.commit_json(commit) for _, commit in sorted(self.lag.commits.items())]
 
-    def latency_rows(self) -> list[dict]:
-        rows = []
-        for topic in self.lag.latency.to_json():
-            for consumer in topic["consumers"]:
-                rows.append({"topic": topic["topic"], "consumer": consumer["consumer"],
-                             "records": consumer["records"], **consumer["latency_ms"]})
-        return rows
+# What a member row of the groups table repeats of its generation (groups --json's keys), and a member's keys.
+GENERATION_COLUMNS = ("generation", "protocol", "protocol_type", "assignor", "started", "first_join", "formed",
+                      "completed", "causes", "errors", "events")
+NO_MEMBER = dict.fromkeys(("member_id", "client_id", "host", "instance_id", "leader", "subscription", "assignment",
+                           "assigned_at"))

@@ -6,6 +6,9 @@
   were in the log and not yet fetched. Followers' fetches (replica id >= 0) are replication, not consumers.
   In an incremental fetch session a response may name a partition its request left out: it is read from
   the offset last asked on that connection.
+- Traffic per partition: the records and bytes Produce requests wrote (those their responses acknowledged, at
+  the offsets they give) and consumers' Fetch responses brought, the last high watermark, and the rate records
+  were produced at.
 - Committed offsets: OffsetCommit requests whose response has no error for the partition (and the offsets
   OffsetFetch responses read back), against the log end: the highest end offset seen for the partition in
   Fetch responses (high watermark), Produce responses (base offset plus the records of the request's batches)
@@ -22,11 +25,10 @@ from __future__ import annotations
 
 from kafkasniff.analyses.groups import GroupTracker
 from kafkasniff.analyses.latency import EndToEnd
-from kafkasniff.analyses.wire import body, client_id, partitions, request_body, topic_of
+from kafkasniff.analyses.wire import (FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Seen, partitions,
+                                      topic_of)
 from kafkasniff.protocol.topics import TopicNames
-from kafkasniff.stream.session import MessageEvent
 
-PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 8, 9
 LATEST_OFFSET = -1  # the ListOffsets timestamp that asks for the end of the log
 READ_COMMITTED = 1
 # Connections whose fetch positions are remembered for incremental fetch sessions; the oldest go first.
@@ -72,6 +74,46 @@ def _sample_json(sample: tuple | None) -> dict | None:
     return dict(zip(SAMPLE_FIELDS, sample)) if sample is not None else None
 
 
+class Traffic:
+    """One partition's Produce and Fetch traffic."""
+
+    __slots__ = ("produced_records", "produced_bytes", "first_produced_offset", "last_produced_offset",
+                 "first_produced_at", "last_produced_at", "fetch_responses", "fetched_records", "fetched_bytes",
+                 "high_watermark", "last_stable_offset", "high_watermark_at")
+
+    def __init__(self) -> None:
+        self.produced_records = self.produced_bytes = self.fetch_responses = 0
+        self.fetched_records = self.fetched_bytes = 0
+        self.first_produced_offset = self.last_produced_offset = None
+        self.first_produced_at = self.last_produced_at = None
+        self.high_watermark = self.last_stable_offset = self.high_watermark_at = None
+
+    def produced(self, first: int, last: int, records: int, size: int, ts: float) -> None:
+        """Records at offsets first..last, `size` bytes of batches, sent at `ts`."""
+        self.produced_records += records
+        self.produced_bytes += size
+        if self.first_produced_offset is None or first < self.first_produced_offset:
+            self.first_produced_offset = first
+        if self.last_produced_offset is None or last > self.last_produced_offset:
+            self.last_produced_offset = last
+        if self.first_produced_at is None or ts < self.first_produced_at:
+            self.first_produced_at = ts
+        if self.last_produced_at is None or ts > self.last_produced_at:
+            self.last_produced_at = ts
+
+    def records_per_minute(self) -> float | None:
+        """Records produced per minute from the first Produce request to the last; None before there are two."""
+        if self.first_produced_at is None or self.last_produced_at == self.first_produced_at:
+            return None
+        return round(self.produced_records * 60 / (self.last_produced_at - self.first_produced_at), 3)
+
+
+PARTITION_FIELDS = ("topic", "partition", "produced_records", "produced_bytes", "first_produced_offset",
+                    "last_produced_offset", "first_produced_at", "last_produced_at", "records_per_minute",
+                    "fetch_responses", "fetched_records", "fetched_bytes", "high_watermark", "last_stable_offset",
+                    "high_watermark_at", "log_end_offset", "log_end_at")
+
+
 class Commit:
     __slots__ = ("group", "topic", "partition", "offset", "ts", "commits", "source", "end_at_commit")
 
@@ -93,43 +135,60 @@ class LagTracker:
         self.positions: dict[tuple, Position] = {}
         self.commits: dict[tuple[str, str, int], Commit] = {}
         self.ends: dict[tuple[str, int], tuple[int, float]] = {}  # (topic, partition) -> (end offset, when)
-        self._sessions: dict[int, dict[tuple[str, int], int]] = {}  # stream -> partition -> fetch offset
+        self.traffic: dict[tuple[str, int], Traffic] = {}
+        self._sessions: dict[object, dict[tuple[str, int], int]] = {}  # connection -> partition -> fetch offset
 
-    def observe(self, ev: MessageEvent) -> None:
-        m = ev.message
-        if m.kind != "response" or ev.request is None or m.malformed is not None:
+    def observe(self, s: Seen) -> None:
+        if s.kind != "response" or s.request is None or s.malformed:
             return
-        handle = _HANDLERS.get(m.api_key)
+        handle = _HANDLERS.get(s.api_key)
         if handle is not None:
-            handle(self, ev)
+            handle(self, s)
 
     def end_offset(self, topic: str, partition: int, offset: int, ts: float) -> None:
         known = self.ends.get((topic, partition))
         if known is None or offset > known[0]:
             self.ends[topic, partition] = (offset, ts)
 
-    def _fetch(self, ev: MessageEvent) -> None:
+    def _traffic(self, topic: str, partition: int) -> Traffic:
+        found = self.traffic.get((topic, partition))
+        if found is None:
+            found = self.traffic[topic, partition] = Traffic()
+        return found
+
+    def _fetch(self, s: Seen) -> None:
         names = self.topic_names
-        request_root, asked = partitions(ev.request, names)
-        _, answered = partitions(ev, names)
+        request_root, asked = partitions(s.request, names)
+        _, answered = partitions(s, names)
         replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
-        session = self._session(ev.conn.stream, request_root)
+        session = self._session(s.connection, request_root)
         for p in asked:
             session[p.topic, p.partition] = p.facts.get("fetch_offset")
         read_committed = request_root.get("isolation_level") == READ_COMMITTED
-        client = client_id(ev)
-        host_ip = ev.conn.client[0]
+        client = s.client_id
+        host_ip = s.client[0]
         for p in answered:
             facts = p.facts
             if facts.get("error_code"):
                 continue
             high_watermark = facts.get("high_watermark", -1)
             if high_watermark >= 0:
-                self.end_offset(p.topic, p.partition, high_watermark, ev.ts)
+                self.end_offset(p.topic, p.partition, high_watermark, s.ts)
+            last_stable = facts.get("last_stable_offset", -1)
+            if replica < 0:
+                traffic = self.traffic.get((p.topic, p.partition)) or self._traffic(p.topic, p.partition)
+                traffic.fetch_responses += 1
+                traffic.fetched_bytes += facts.get("records_bytes", 0)
+                if p.batches:
+                    for batch in p.batches:
+                        if not batch[3]:  # (control records are transaction markers, not data)
+                            traffic.fetched_records += batch[2]
+                if high_watermark >= 0:
+                    traffic.high_watermark, traffic.last_stable_offset = high_watermark, last_stable
+                    traffic.high_watermark_at = s.ts
             fetch_offset = session.get((p.topic, p.partition))
             if replica >= 0 or fetch_offset is None or high_watermark < 0:
                 continue
-            last_stable = facts.get("last_stable_offset", -1)
             end = last_stable if read_committed and last_stable >= 0 else high_watermark
             group = self.groups.owner(p.topic, p.partition, client, host_ip)
             key = (group, None if group is not None else client, p.topic, p.partition)
@@ -137,49 +196,53 @@ class LagTracker:
             if position is None:
                 position = self.positions[key] = Position(group, client, p.topic, p.partition, self.samples)
             position.client_id = client
-            position.add((ev.ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
+            position.add((s.ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
             if p.batches:
-                self.latency.fetch(position.consumer, p.topic, p.partition, p.batches, ev.ts)
+                self.latency.fetch(position.consumer, p.topic, p.partition, p.batches, s.ts)
 
-    def _session(self, stream: int, request_root: dict) -> dict:
+    def _session(self, connection, request_root: dict) -> dict:
         """The fetch offsets a connection last asked, per partition; a fetch that is not incremental (session
         epoch 0 or -1, or a version without sessions) asks afresh."""
         incremental = request_root.get("session_epoch", 0) > 0
-        session = self._sessions.pop(stream, None) if incremental else None
+        session = self._sessions.pop(connection, None) if incremental else None
         if session is None:
-            self._sessions.pop(stream, None)
+            self._sessions.pop(connection, None)
             session = {}
-        self._sessions[stream] = session  # the most recently used last
+        self._sessions[connection] = session  # the most recently used last
         if len(self._sessions) > MAX_SESSION_CONNECTIONS:
             del self._sessions[next(iter(self._sessions))]
         return session
 
-    def _produce(self, ev: MessageEvent) -> None:
+    def _produce(self, s: Seen) -> None:
         names = self.topic_names
-        _, sent = partitions(ev.request, names)
-        _, answered = partitions(ev, names)
-        batches = {(p.topic, p.partition): p.batches for p in sent if p.batches}
+        _, sent = partitions(s.request, names)
+        _, answered = partitions(s, names)
+        sent_with_batches = {(p.topic, p.partition): p for p in sent if p.batches}
         for p in answered:
             base_offset = p.facts.get("base_offset", -1)
-            sent_batches = batches.get((p.topic, p.partition))
-            if p.facts.get("error_code") or base_offset < 0 or not sent_batches:
+            request_partition = sent_with_batches.get((p.topic, p.partition))
+            if p.facts.get("error_code") or base_offset < 0 or request_partition is None:
                 continue
-            records = sum(batch[1] + 1 for batch in sent_batches)
-            self.end_offset(p.topic, p.partition, base_offset + records, ev.ts)
-            self.latency.produce(p.topic, p.partition, base_offset, sent_batches, ev.request.ts)
+            sent_batches = request_partition.batches
+            offsets = sum(batch[1] + 1 for batch in sent_batches)
+            self.end_offset(p.topic, p.partition, base_offset + offsets, s.ts)
+            self.latency.produce(p.topic, p.partition, base_offset, sent_batches, s.request.ts)
+            self._traffic(p.topic, p.partition).produced(
+                base_offset, base_offset + offsets - 1, sum(batch[2] for batch in sent_batches),
+                request_partition.facts.get("records_bytes", 0), s.request.ts)
 
-    def _list_offsets(self, ev: MessageEvent) -> None:
+    def _list_offsets(self, s: Seen) -> None:
         names = self.topic_names
-        _, asked = partitions(ev.request, names)
+        _, asked = partitions(s.request, names)
         latest = {(p.topic, p.partition) for p in asked if p.facts.get("timestamp") == LATEST_OFFSET}
-        _, answered = partitions(ev, names)
+        _, answered = partitions(s, names)
         for p in answered:
             offset = p.facts.get("offset", -1)
             if (p.topic, p.partition) in latest and not p.facts.get("error_code") and offset >= 0:
-                self.end_offset(p.topic, p.partition, offset, ev.ts)
+                self.end_offset(p.topic, p.partition, offset, s.ts)
 
-    def _offset_commit(self, ev: MessageEvent) -> None:
-        request, response = request_body(ev), body(ev)
+    def _offset_commit(self, s: Seen) -> None:
+        request, response = s.request.body, s.body
         if request is None or response is None or not request.get("group_id"):
             return
         asked = {(topic_of(t, self.topic_names), p["partition_index"]): p["committed_offset"]
@@ -189,10 +252,10 @@ class LagTracker:
             for p in t.get("partitions") or ():
                 offset = asked.get((topic, p["partition_index"]))
                 if not p.get("error_code") and offset is not None and offset >= 0:
-                    self._committed(request["group_id"], topic, p["partition_index"], offset, ev.ts, "OffsetCommit")
+                    self._committed(request["group_id"], topic, p["partition_index"], offset, s.ts, "OffsetCommit")
 
-    def _offset_fetch(self, ev: MessageEvent) -> None:
-        request, response = request_body(ev), body(ev)
+    def _offset_fetch(self, s: Seen) -> None:
+        request, response = s.request.body, s.body
         if request is None or response is None:
             return
         groups = response.get("groups")
@@ -206,7 +269,7 @@ class LagTracker:
                 for p in t.get("partitions") or ():
                     offset = p.get("committed_offset", -1)
                     if not p.get("error_code") and offset >= 0:
-                        self._committed(group["group_id"], topic, p["partition_index"], offset, ev.ts, "OffsetFetch")
+                        self._committed(group["group_id"], topic, p["partition_index"], offset, s.ts, "OffsetFetch")
 
     def _committed(self, group: str, topic: str, partition: int, offset: int, ts: float, source: str) -> None:
         commit = self.commits.get((group, topic, partition))
@@ -235,6 +298,23 @@ class LagTracker:
                 "lag_at_commit": None if commit.end_at_commit is None else commit.end_at_commit - commit.offset,
                 "log_end_offset": end[0] if end is not None else None,
                 "lag": None if end is None else max(end[0] - commit.offset, 0)}
+
+    def partitions_json(self) -> list[dict]:
+        """Per topic and partition (every one the capture shows produced, fetched, ended or committed): its
+        traffic and log end (PARTITION_FIELDS)."""
+        keys = set(self.traffic) | set(self.ends) | {(p.topic, p.partition) for p in self.positions.values()} \
+            | {(topic, partition) for _, topic, partition in self.commits}
+        empty = Traffic()
+        out = []
+        for topic, partition in sorted(keys, key=lambda key: (key[0] or "", key[1])):
+            t = self.traffic.get((topic, partition), empty)
+            end = self.ends.get((topic, partition))
+            out.append(dict(zip(PARTITION_FIELDS, (
+                topic, partition, t.produced_records, t.produced_bytes, t.first_produced_offset,
+                t.last_produced_offset, t.first_produced_at, t.last_produced_at, t.records_per_minute(),
+                t.fetch_responses, t.fetched_records, t.fetched_bytes, t.high_watermark, t.last_stable_offset,
+                t.high_watermark_at, end[0] if end is not None else None, end[1] if end is not None else None))))
+        return out
 
     def to_json(self) -> dict:
         return {"consumers": [p.to_json() | {"delivered_to": self.delivered_to(p)} for p in self.consumer_rows()],

@@ -1,6 +1,12 @@
-"""What the analyses read of a message: the bodies of the group APIs as plain values (they are small and rare),
-and the per-partition numbers of Produce, Fetch and ListOffsets without their records (messages.partition_facts:
-batch headers only, so a Fetch response of thousands of records costs no more than a few small ones)."""
+"""What the analyses read of a message (`Seen`): the bodies of the group and offset APIs as plain values (they
+are small and rare), the per-partition numbers of Produce, Fetch and ListOffsets without their records
+(messages.partition_facts: batch headers only, so a Fetch response of thousands of records costs no more than a
+few small ones), and the (topic id, name) pairs it teaches.
+
+A Seen is made once per message, where it is decoded (`seen`), and holds plain values only: the Spark pipeline
+makes them on its workers, where the connections are decoded, and carries them to the one task that runs the
+analyses over the whole capture (pipeline.analysis).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,19 @@ import orjson
 
 from kafkasniff.protocol.messages import json_body, partition_facts
 from kafkasniff.protocol.topics import TopicNames
-from kafkasniff.stream.session import MessageEvent, endpoint_text
+from kafkasniff.stream.session import MessageEvent
+
+PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 8, 9
+HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = 12, 11, 13, 14
+CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 68, 76
+# APIs whose bodies the analyses read as plain values, and those whose partitions they read as facts. A request
+# is read when it is seen only when it changes a group (REQUESTS_READ_ALONE); the others are read with their
+# response, which is when the analyses look at them.
+BODY_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP,
+                       CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT})
+PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS})
+ANALYSED_APIS = BODY_APIS | PARTITION_APIS
+REQUESTS_READ_ALONE = BODY_APIS - {OFFSET_FETCH}
 
 
 class Partition(NamedTuple):
@@ -21,40 +39,88 @@ class Partition(NamedTuple):
                             # delta, record count, is control, max timestamp)
 
 
-def body(ev: MessageEvent) -> dict | None:
-    """The message's body as plain values (the --json body), or None when it is malformed or has none."""
+class Asked(NamedTuple):
+    """A response's request, as the analyses read it with the response."""
+
+    ts: float
+    body: dict | None
+    root: dict
+    partitions: list[tuple]   # walker.PARTITION_FACTS tuples, topic ids not yet named
+
+
+class Seen(NamedTuple):
+    """One message as the analyses read it. `connection` is anything that tells connections apart (the
+    KafkaConnection in one process, the connection id in Spark)."""
+
+    ts: float
+    connection: object
+    client: tuple             # the client end: (ip, port)
+    client_id: str | None
+    kind: str
+    api_key: int | None
+    malformed: bool
+    errors: list[int]         # the group APIs' error codes
+    body: dict | None         # the group and offset APIs' bodies
+    root: dict                # Produce, Fetch and ListOffsets: the root struct's facts
+    partitions: list[tuple]   # and their partitions (walker.PARTITION_FACTS), topic ids not yet named
+    pairs: list[tuple[str, str]]  # (topic id, name) pairs the message teaches
+    request: Asked | None     # a response's request, when captured (and the analyses read the API)
+
+
+def seen(ev: MessageEvent, connection=None) -> Seen | None:
+    """What the analyses read of the message; None when they read nothing of it. `connection`: the
+    connection's identity (default: ev.conn)."""
     m = ev.message
-    if m.malformed is not None:
+    mentions = m.mentions
+    pairs = [(topic_id, name) for name, topic_id, _, _ in mentions
+             if name is not None and topic_id is not None] if mentions else _NONE
+    read = m.api_key in (ANALYSED_APIS if m.kind == "response" else REQUESTS_READ_ALONE)
+    if not read and not pairs:
         return None
-    text = json_body(m, ev.payload)
-    return orjson.loads(text) if text is not None else None
+    api_key = m.api_key
+    body, root, found = _read(ev) if read else _NOTHING_READ
+    request = ev.request
+    if m.kind == "request":
+        client_id, asked = m.client_id, None
+    elif request is None:
+        client_id, asked = None, None
+    else:
+        client_id = request.message.client_id
+        asked = _new(Asked, (request.ts, *_read(request))) if read else None
+    return _new(Seen, (ev.ts, ev.conn if connection is None else connection, ev.conn.client, client_id, m.kind,
+                       api_key, m.malformed is not None, m.errors if api_key in BODY_APIS else _NONE, body, root,
+                       found, pairs, asked))
 
 
-def request_body(ev: MessageEvent) -> dict | None:
-    """A response's request body; None when the request was not captured."""
-    return body(ev.request) if ev.request is not None else None
+# A Seen is made for most messages of `--stats` and `lag`: made as tuples are, without the named tuple's Python
+# constructor; what it holds is never changed, so the empty parts can be shared.
+_new = tuple.__new__
+_NONE: tuple = ()
+_NO_FACTS: dict = {}
+_NOTHING_READ = (None, _NO_FACTS, _NONE)
 
 
-def partitions(ev: MessageEvent, names: TopicNames) -> tuple[dict, list[Partition]]:
-    """The body's root fields and its partitions, topic ids named; nothing for a malformed message."""
+def _read(ev: MessageEvent) -> tuple[dict | None, dict, list]:
+    """(body, root facts, partitions) of what the analyses read of the message; nothing when it is malformed."""
     m = ev.message
-    if m.malformed is not None:
+    if m.malformed is None:
+        if m.api_key in BODY_APIS:
+            text = json_body(m, ev.payload)
+            return orjson.loads(text) if text is not None else None, {}, []
+        if m.api_key in PARTITION_APIS:
+            root, found = partition_facts(m, ev.payload)
+            return None, root, found
+    return _NOTHING_READ
+
+
+def partitions(s: Seen | Asked | None, names: TopicNames) -> tuple[dict, list[Partition]]:
+    """The message's root fields and its partitions, topic ids named as the capture has named them so far."""
+    if s is None:
         return {}, []
-    root, found = partition_facts(m, ev.payload)
     by_id = names.by_id
-    return root, [Partition(topic if topic is not None else by_id.get(topic_id, topic_id), partition, facts, batches)
-                  for topic, topic_id, partition, facts, batches in found]
-
-
-def client_id(ev: MessageEvent) -> str | None:
-    if ev.message.kind == "request":
-        return ev.message.client_id
-    return ev.request.message.client_id if ev.request is not None else None
-
-
-def client_address(ev: MessageEvent) -> str:
-    """The client end of the event's connection, ip:port."""
-    return endpoint_text(ev.conn.client)
+    return s.root, [Partition(topic if topic is not None else by_id.get(topic_id, topic_id), partition, facts,
+                              batches)
+                    for topic, topic_id, partition, facts, batches in s.partitions]
 
 
 def topic_of(entry: dict, names: TopicNames) -> str | None:

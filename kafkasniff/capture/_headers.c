@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <arpa/inet.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -296,17 +297,19 @@ static PyObject *parse_frame(PyObject *self, PyObject *args) {
     return result;
 }
 
-static int count_skip(PyObject *skipped, PyObject *reason) {
+static int count_skips(PyObject *skipped, PyObject *reason, long n) {
     PyObject *count = PyDict_GetItemWithError(skipped, reason);
     if (count == NULL && PyErr_Occurred())
         return -1;
-    PyObject *more = PyLong_FromLong(count ? PyLong_AsLong(count) + 1 : 1);
+    PyObject *more = PyLong_FromLong(count ? PyLong_AsLong(count) + n : n);
     if (more == NULL)
         return -1;
     int failed = PyDict_SetItem(skipped, reason, more);
     Py_DECREF(more);
     return failed;
 }
+
+static int count_skip(PyObject *skipped, PyObject *reason) { return count_skips(skipped, reason, 1); }
 
 /* One captured record: its segment (parse), or its (ts, linktype, frame, wire_len); a frame without a
  * segment is counted in `skipped` by its reason. */
@@ -472,6 +475,156 @@ fail:
     return NULL;
 }
 
+#ifdef __linux__
+#include <linux/if_packet.h>
+
+#define ETHERNET_ADDRESSES 12  /* destination and source MAC: an 802.1Q tag goes after them */
+
+static PyObject *malformed_ring_frame_text;
+
+/* A 16- or 32-bit field of a header in the ring, read without relying on its alignment. */
+#define RING_FIELD(base, type, field) ring_field((base) + offsetof(type, field), sizeof(((type *)0)->field))
+static inline uint32_t ring_field(const uint8_t *p, size_t size) {
+    if (size == 2) {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static int append_pcap_record(PyObject *records, uint32_t seconds, uint32_t nanoseconds, const uint8_t *frame,
+                              uint32_t caplen, uint32_t wire_len) {
+    Py_ssize_t at = PyByteArray_GET_SIZE(records);
+    if ((size_t)caplen > (size_t)(PY_SSIZE_T_MAX - 16 - at)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyByteArray_Resize(records, at + 16 + (Py_ssize_t)caplen) < 0)
+        return -1;
+    uint8_t *out = (uint8_t *)PyByteArray_AS_STRING(records) + at;
+    uint32_t header[4] = {seconds, nanoseconds, caplen, wire_len};  /* in the host's order, as is the file's header */
+    memcpy(out, header, sizeof header);
+    memcpy(out + sizeof header, frame, caplen);
+    return 0;
+}
+
+/* The frames of a block the kernel handed over, each parsed (and written to pcap_records), in order. Every
+ * offset and length is read once and checked against the block before it is used: the ring is shared memory.
+ * Frames the block claims beyond the first that does not fit are counted as skipped. */
+static int walk_ring_block(const uint8_t *block, size_t size, long linktype, PyObject *skipped,
+                           PyObject *pcap_records, PyObject *segments, uint32_t *claimed) {
+    const size_t frame_header = sizeof(struct tpacket3_hdr);
+    const uint8_t *bh1 = block + offsetof(struct tpacket_block_desc, hdr.bh1);
+    uint32_t packets = RING_FIELD(bh1, struct tpacket_hdr_v1, num_pkts);
+    size_t offset = RING_FIELD(bh1, struct tpacket_hdr_v1, offset_to_first_pkt);
+    size_t end = RING_FIELD(bh1, struct tpacket_hdr_v1, blk_len);
+    if (end > size)
+        end = size;
+    *claimed = packets;
+    uint8_t *tagged = NULL;  /* a frame with its 802.1Q tag put back */
+    uint32_t read = 0;
+    int failed = 0;
+    while (read < packets) {
+        if (offset < sizeof(struct tpacket_block_desc) || offset > end || end - offset < frame_header)
+            break;
+        const uint8_t *h = block + offset;
+        uint32_t next = RING_FIELD(h, struct tpacket3_hdr, tp_next_offset);
+        uint32_t seconds = RING_FIELD(h, struct tpacket3_hdr, tp_sec);
+        uint32_t nanoseconds = RING_FIELD(h, struct tpacket3_hdr, tp_nsec);
+        uint32_t caplen = RING_FIELD(h, struct tpacket3_hdr, tp_snaplen);
+        uint32_t wire_len = RING_FIELD(h, struct tpacket3_hdr, tp_len);
+        uint32_t status = RING_FIELD(h, struct tpacket3_hdr, tp_status);
+        size_t mac = RING_FIELD(h, struct tpacket3_hdr, tp_mac);
+        uint32_t vlan_tci = RING_FIELD(h, struct tpacket3_hdr, hv1.tp_vlan_tci);
+        uint32_t vlan_tpid = RING_FIELD(h, struct tpacket3_hdr, hv1.tp_vlan_tpid);
+        if (mac < frame_header || mac > end - offset || caplen > end - offset - mac)
+            break;
+        const uint8_t *frame = h + mac;
+        if ((vlan_tci || status & TP_STATUS_VLAN_VALID) && linktype == LINKTYPE_ETHERNET &&
+                caplen >= ETHERNET_ADDRESSES) {
+            /* the NIC took the 802.1Q tag off; put it back where it was on the wire */
+            PyMem_Free(tagged);
+            tagged = PyMem_Malloc((size_t)caplen + 4);
+            if (tagged == NULL) {
+                PyErr_NoMemory();
+                failed = -1;
+                break;
+            }
+            unsigned tpid = status & TP_STATUS_VLAN_TPID_VALID ? vlan_tpid : 0x8100;
+            memcpy(tagged, frame, ETHERNET_ADDRESSES);
+            tagged[12] = tpid >> 8;
+            tagged[13] = tpid & 0xFF;
+            tagged[14] = (vlan_tci >> 8) & 0xFF;
+            tagged[15] = vlan_tci & 0xFF;
+            memcpy(tagged + 16, frame + ETHERNET_ADDRESSES, caplen - ETHERNET_ADDRESSES);
+            frame = tagged;
+            caplen += 4;  /* at most the block's size, plus 4 */
+            wire_len = wire_len > UINT32_MAX - 4 ? UINT32_MAX : wire_len + 4;
+        }
+        if (add_record(segments, skipped, 1, frame, caplen, linktype, (double)seconds + nanoseconds * 1e-9,
+                       wire_len) ||
+                (pcap_records != Py_None &&
+                 append_pcap_record(pcap_records, seconds, nanoseconds, frame, caplen, wire_len))) {
+            failed = -1;
+            break;
+        }
+        read++;
+        /* the last frame's is 0; one shorter than a header, or past the end, cannot lead to another frame */
+        if (next < frame_header || next > end - offset)
+            break;
+        offset += next;
+    }
+    PyMem_Free(tagged);
+    if (failed)
+        return -1;
+    return read < packets ? count_skips(skipped, malformed_ring_frame_text, (long)(packets - read)) : 0;
+}
+
+static PyObject *scan_ring_block(PyObject *self, PyObject *args) {
+    Py_buffer block;
+    long linktype;
+    PyObject *skipped, *pcap_records;
+    if (!PyArg_ParseTuple(args, "w*lO!O:scan_ring_block", &block, &linktype, &PyDict_Type, &skipped, &pcap_records))
+        return NULL;
+    PyObject *result = NULL;
+    if (pcap_records != Py_None && !PyByteArray_CheckExact(pcap_records)) {
+        PyErr_SetString(PyExc_TypeError, "pcap_records must be a bytearray or None");
+        goto done;
+    }
+    if (segment_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
+        goto done;
+    }
+    if ((size_t)block.len < sizeof(struct tpacket_block_desc) || (uintptr_t)block.buf % _Alignof(uint32_t)) {
+        PyErr_SetString(PyExc_ValueError, "not a ring block: too short, or not aligned");
+        goto done;
+    }
+    uint32_t *status = (uint32_t *)((uint8_t *)block.buf + offsetof(struct tpacket_block_desc, hdr.bh1.block_status));
+    /* acquire: the frames are read only after the kernel's release of the block */
+    if (!(__atomic_load_n(status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *segments = PyList_New(0);
+    uint32_t claimed = 0;
+    int failed = segments == NULL ||
+                 walk_ring_block(block.buf, block.len, linktype, skipped, pcap_records, segments, &claimed);
+    /* Back to the kernel even after an error, or the ring would stall. Release: what was read of the block is
+       read before the kernel may write it again. */
+    __atomic_store_n(status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+    if (failed)
+        Py_XDECREF(segments);
+    else
+        result = Py_BuildValue("(NI)", segments, claimed);
+done:
+    PyBuffer_Release(&block);
+    return result;
+}
+#endif
+
 static PyObject *use_segment_type(PyObject *self, PyObject *type) {
     if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "use_segment_type() needs a tuple subclass");
@@ -485,6 +638,9 @@ static PyMethodDef methods[] = {
     {"parse_frame", parse_frame, METH_VARARGS, "The TcpSegment in a frame, or the reason it holds none."},
     {"scan_pcap", scan_pcap, METH_VARARGS, "Whole pcap records in a buffer, as segments or frames."},
     {"scan_pcapng", scan_pcapng, METH_VARARGS, "Whole pcapng packet blocks in a buffer, as segments or frames."},
+#ifdef __linux__
+    {"scan_ring_block", scan_ring_block, METH_VARARGS, "The frames of one block of a TPACKET_V3 ring, as segments."},
+#endif
     {"use_segment_type", use_segment_type, METH_O, "The tuple subclass that segments are made as."},
     {NULL, NULL, 0, NULL},
 };
@@ -502,5 +658,10 @@ PyMODINIT_FUNC PyInit__headers(void) {
     undescribed_interface_text = PyUnicode_InternFromString("packet of an undescribed interface");
     if (malformed_record_text == NULL || undescribed_interface_text == NULL)
         return NULL;
+#ifdef __linux__
+    malformed_ring_frame_text = PyUnicode_InternFromString("malformed ring frame");
+    if (malformed_ring_frame_text == NULL)
+        return NULL;
+#endif
     return PyModule_Create(&module);
 }

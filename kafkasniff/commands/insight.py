@@ -79,10 +79,11 @@ def lag_command(captures, as_json, ports) -> None:
     offset against the high watermark (and last stable offset) of each Fetch response; committed offsets
     against the log end; and how long records took from Produce to Fetch, per topic.
 
-    --json gives every fetch's lag too (the lag over time)."""
+    --json gives every fetch's lag too (the lag over time), and each partition's traffic."""
     insight = analysed(captures, tuple(ports), samples=as_json)
     if as_json:
-        _print_json({"lag": insight.lag.to_json(), "end_to_end": insight.lag.latency.to_json()})
+        _print_json({"lag": insight.lag.to_json(), "end_to_end": insight.lag.latency.to_json(),
+                     "partitions": insight.lag.partitions_json()})
         return
     from kafkasniff.render.insight import lag_tables, latency_table
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kafkasniff.capture.packets import FrameParser
-from kafkasniff.commands.decode import make_options, open_keylog, output_options, tls_keylog_option
+from kafkasniff.commands.decode import MAX_AUTO_JOBS, make_options, open_keylog, output_options, tls_keylog_option
 from kafkasniff.commands.heap import collect_rarely
+from kafkasniff.engine.parallel import sniff_parallel, usable_cores
 from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 9092
 TOP_REFRESH_S = 1.0
-REFRESH_CHECK_FRAMES = 256  # under load, frames between looks at the clock for the next --top refresh
 
 
 @click.command("sniff")
@@ -41,10 +40,14 @@ REFRESH_CHECK_FRAMES = 256  # under load, frames between looks at the clock for 
               "API, client id and topic, rebalances, consumer lag; refreshed every second.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics while capturing.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1),
+              help="Worker processes decoding the one-line view or --json (not with --stats, -c, --top or "
+                   "--metrics-port) while this process captures and reassembles TCP (default: the one-line view "
+                   "one per core and one more, at most 4; --json 1).")
 @tls_keylog_option
 @output_options
 def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, count, duration, buffer_mib,
-                  top, metrics_port, ports, tls_keylogs, **view) -> None:
+                  top, metrics_port, jobs, ports, tls_keylogs, **view) -> None:
     """Decode Kafka requests and responses live from a network interface.
 
     Captures `tcp port 9092` unless told otherwise with --port (repeatable),
@@ -88,8 +91,9 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
             fail(f"cannot serve metrics on port {metrics_port}: {error.strerror}; choose another --metrics-port")
     with capture:
         # Clients append to their key logs as they connect: the files are read again while keys are missing.
-        session = LiveSession(capture, make_options(**view), ports, pcap_file, count, live,
-                              open_keylog(tls_keylogs, follow=True))
+        options = make_options(**view)
+        session = LiveSession(capture, options, ports, pcap_file, count, live, open_keylog(tls_keylogs, follow=True),
+                              jobs or default_jobs(options))
         deadline = time.monotonic() + duration if duration else None
         if top:
             session.run_with_dashboard(deadline)
@@ -98,29 +102,40 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
     click.echo(session.summary(), err=True)
 
 
-class LiveSession:
-    """Frames from a LiveCapture through FrameParser -> Analyzer -> Output, optionally into a pcap."""
+def default_jobs(options) -> int:
+    """Measured with bench/sniff_throughput.py on 2 busy cores (bench/README.md): on 3 workers the one-line view
+    keeps up with twice the packet rate (the workers take the sessions and lines while this process reads and
+    reassembles). --json gained nothing that stood out from the machine's noise: this process renders the
+    messages with many records itself (RENDERED_BY_PARENT), and they are most of the work."""
+    cores = usable_cores()
+    return min(cores + 1, MAX_AUTO_JOBS) if options.view == "line" and cores > 1 else 1
 
-    def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None, live=None, keylog=None):
+
+class LiveSession:
+    """Segments from a LiveCapture through Analyzer -> Output, a block of the capture's ring at a time; on
+    `jobs` worker processes (engine/parallel.py) when the view is rendered apart and nothing needs every event
+    here (-c counts shown messages, --top and --metrics-port watch every event)."""
+
+    def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None, live=None, keylog=None,
+                 jobs: int = 1):
         self.capture = capture
         self.live = live            # LiveStats for --top and --metrics-port: sees every event
         self.refresh = None         # --top: called about every TOP_REFRESH_S with the frames so far
         self.next_refresh = 0.0
         self.output = Output(options)
-        self.analyzer = Analyzer(ports, keylog=keylog)
-        self.parser = FrameParser()
+        self.make_analyzer = lambda: Analyzer(ports, keylog=keylog)  # workers make theirs after the fork
+        self.analyzer = self.make_analyzer()
+        self.jobs = jobs if jobs > 1 and self.output.renders_apart and count is None and live is None else 1
         self.pcap_file = pcap_file
-        from dpkt import pcap
-
-        from kafkasniff.capture.live import SNAPLEN
-
-        # nanosecond precision: dpkt's microsecond rounding can yield a fraction of 1,000,000
-        self.pcap = pcap.Writer(pcap_file, snaplen=SNAPLEN, linktype=capture.file_linktype,
-                                nano=True) if pcap_file else None
+        if pcap_file:
+            capture.write_pcap(pcap_file)
         self.count = count
         self.counted = 0  # messages that passed the display filters, for -c
-        self.frames = 0
         self.messages = 0
+
+    @property
+    def frames(self) -> int:
+        return self.capture.frames
 
     def run(self, deadline: float | None) -> None:
         """Capture until a stop signal, the deadline or the message count; then flush everything."""
@@ -131,8 +146,11 @@ class LiveSession:
         filters = capture.bpf_filter + (f"; writing {self.pcap_file.name}" if self.pcap_file else "")
         click.echo(f"capturing on {capture.interface} (filter {filters})", err=True)
         try:
-            self._capture(deadline)
-            self._show(self.analyzer.finish())
+            if self.jobs > 1:
+                self._capture_on_workers(deadline)
+            else:
+                self._capture(deadline)
+                self._show(self.analyzer.finish())
             self.output.finish()
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (| head): stop quietly
@@ -164,30 +182,28 @@ class LiveSession:
             self.refresh()
 
     def _capture(self, deadline: float | None) -> None:
-        parse, feed, write = self.parser.parse, self.analyzer.feed, self.pcap and self.pcap.writepkt_time
+        feed_all = self.analyzer.feed_all
         refresh = self.refresh
-        for item in self.capture.frames(deadline):
-            if refresh is not None and (item is None or self.frames % REFRESH_CHECK_FRAMES == 0):
+        for segments in self.capture.segment_batches(deadline):
+            if refresh is not None:
                 self._refresh_if_due()
-            if item is None:  # idle: holes that waited too long are given up, frames behind them show
+            if segments is None:  # idle: holes that waited too long are given up, frames behind them show
                 events = self.analyzer.tick(time.time())
                 if events:
                     self._show(events)
                     self.output.flush()
                 continue
-            ts, linktype, frame, wire_len = item
-            self.frames += 1
-            if write:
-                write(frame, ts)
-            segment = parse(frame, linktype, ts, wire_len)
-            if segment is not None:
-                events = feed(segment)
-                if events:
-                    self._show(events)
-                    # users pipe into jq or tee: each message must go out as soon as it is decoded
-                    self.output.flush()
-                    if self.count is not None and self.counted >= self.count:
-                        return
+            events = feed_all(segments)
+            if events:
+                self._show(events)
+                # users pipe into jq or tee: each message must go out as soon as its block is decoded
+                self.output.flush()
+                if self.count is not None and self.counted >= self.count:
+                    return
+
+    def _capture_on_workers(self, deadline: float | None) -> None:
+        self.messages = sniff_parallel(lambda: self.capture.segment_batches(deadline), self.output,
+                                       self.make_analyzer, self.jobs)
 
     def _show(self, events: list) -> None:
         count = self.count

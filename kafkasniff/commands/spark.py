@@ -63,7 +63,8 @@ def _spark(master: str, confs):
 @tls_keylog_option
 @_spark_options
 def spark_command(inputs, out, ports, partitions, master, confs, tls_keylogs) -> None:
-    """Decode many captures on Spark into Parquet tables: messages, records, connections.
+    """Decode many captures on Spark into Parquet tables: messages, records, connections, and the consumer
+    groups and partitions of the whole run.
 
     INPUT is a capture file, a folder (searched recursively) or a glob; or a Hadoop URI
     (hdfs://, s3a://, file:///...). A connection split across rotated files (tcpdump -C/-G)
@@ -129,10 +130,11 @@ def _keylog_text(tls_keylogs: tuple[str, ...], files) -> bytes:
 @click.argument("directory")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with every section.")
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True,
-              help="Rows in the topics and clients sections.")
+              help="Rows in the topics, clients, groups and partitions sections.")
 @_spark_options
 def report_command(directory, as_json, top, master, confs) -> None:
-    """Latency percentiles, error rates, top topics, clients and throttling from `spark` tables."""
+    """Latency percentiles, error rates, top topics, clients, throttling, consumer groups and partitions
+    from `spark` tables."""
     from kafkasniff.commands.terminal import fail, make_console
     from kafkasniff.pipeline.inputs import is_uri
     from kafkasniff.pipeline.report import report
@@ -159,6 +161,9 @@ _TITLES = {
     "topics": "Top topics by record bytes (key + value)",
     "clients": "Clients",
     "throttle": "Throttle time in responses (ms)",
+    "groups": "Consumer groups (generations, longest rebalance in ms, group errors, what started the last)",
+    "partitions": "Partitions by bytes produced (lag: the consumer furthest behind at its last fetch, and "
+                  "the committed offset furthest behind the log end)",
 }
 
 
@@ -169,7 +174,8 @@ def _rich_table(name: str, rows: list[dict]):
     if not rows:
         table.add_column("(none)")
         return table
-    for column, value in rows[0].items():
+    for column in rows[0]:
+        value = next((row[column] for row in rows if row[column] is not None), None)  # (the first may be null)
         table.add_column(column, justify="right" if isinstance(value, (int, float)) else "left")
     for row in rows:
         table.add_row(*(_cell(v) for v in row.values()))

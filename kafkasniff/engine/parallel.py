@@ -26,14 +26,14 @@ import os
 import pickle
 import signal
 import threading
+import time
 import traceback
 from bisect import bisect_right
 from operator import itemgetter
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
-from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.render.output import Output
-from kafkasniff.engine.share import handle_all, rendered_size, share_out
+from kafkasniff.engine.share import handle_all, rendered_size, share_out, share_out_live
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.tcp import TcpReassembler
 
@@ -86,29 +86,35 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
         conn.close()
     analyzer: Analyzer = make_analyzer()
     render = output.render
+    messages = 0  # decoded so far, for the parent to count (sniff's summary)
 
-    def reply(watermark: int, items: list) -> None:
-        results.send_bytes(pickle.dumps((watermark, items), pickle.HIGHEST_PROTOCOL))
+    def reply(watermark: int, items: list, decoded: int) -> None:
+        nonlocal messages
+        messages += decoded
+        results.send_bytes(pickle.dumps((watermark, items, messages), pickle.HIGHEST_PROTOCOL))
 
     try:
         watermark = None
         while watermark != END:
             watermark, events = pickle.loads(inbox.recv_bytes())
-            reply(watermark, handle_all(analyzer, events, render, reply, REPLY_BYTES))
+            reply(watermark, *handle_all(analyzer, events, render, reply, REPLY_BYTES))
     except BaseException:
         with contextlib.suppress(OSError):
-            results.send_bytes(pickle.dumps((FAILED, traceback.format_exc())))
+            results.send_bytes(pickle.dumps((FAILED, traceback.format_exc(), messages)))
 
 
 class _Merger:
-    """Receives the workers' rendered events and delivers them in capture order (a thread of the parent)."""
+    """Receives the workers' rendered events and delivers them in capture order (a thread of the parent);
+    `flush_each`: flushes the output after each delivery (live capture: lines show as they are decoded)."""
 
-    def __init__(self, output: Output, workers: list[_Worker]):
+    def __init__(self, output: Output, workers: list[_Worker], flush_each: bool):
         self.output = output
+        self.flush_each = flush_each
         self.results = [w.results for w in workers]
         self.queues: list[list] = [[] for _ in workers]  # (number, rank, line, mentions), in order
         self.queued = [0] * len(workers)  # their bytes (share.rendered_size)
         self.watermarks = [-1] * len(workers)
+        self.messages = [0] * len(workers)  # decoded by each worker so far
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="kafkasniff-merge", daemon=True)
 
@@ -123,7 +129,7 @@ class _Merger:
                 for conn in wait([conn for conn, i in live.items() if self.queued[i] < QUEUE_BYTES]):
                     i = live[conn]
                     try:
-                        watermark, items = pickle.loads(conn.recv_bytes())
+                        watermark, items, messages = pickle.loads(conn.recv_bytes())
                     except EOFError:
                         raise WorkerFailed(f"decode worker {i} ended without a word") from None
                     if watermark == FAILED:
@@ -131,6 +137,7 @@ class _Merger:
                     self.queues[i].extend(items)
                     self.queued[i] += sum([rendered_size(item[2]) for item in items])
                     self.watermarks[i] = watermark
+                    self.messages[i] = messages
                     if watermark == END:
                         del live[conn]
                 self._deliver_ready()
@@ -154,11 +161,30 @@ class _Merger:
         if ready:
             ready.sort(key=_ORDER)
             self.output.deliver([(line, mentions) for _, _, line, mentions in ready])
+            if self.flush_each:
+                self.output.flush()
 
 
 def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: int) -> None:
     """Decode on `jobs` workers. `segments_after_start()` gives the segments, a list at a time; it is called once
     the workers are running, so whatever starts threads (a progress bar) starts after the fork."""
+    def share(batches, send, stopped) -> bool:
+        return share_out(segments_after_start(), TcpReassembler(), batches, send, stopped, BATCH_EVENTS, BATCH_BYTES)
+
+    _decode_on_workers(share, output, make_analyzer, jobs, flush_each=False)
+
+
+def sniff_parallel(blocks_after_start, output: Output, make_analyzer, jobs: int) -> int:
+    """Decode a live capture on `jobs` workers, its lines written as soon as they are decoded: decode_parallel
+    for `blocks_after_start()`, which gives the segments of each block of the capture's ring, or None while it
+    is idle. Returns how many messages were decoded."""
+    def share(batches, send, stopped) -> bool:
+        return share_out_live(blocks_after_start(), TcpReassembler(), batches, send, stopped, time.time)
+
+    return sum(_decode_on_workers(share, output, make_analyzer, jobs, flush_each=True).messages)
+
+
+def _decode_on_workers(share, output: Output, make_analyzer, jobs: int, flush_each: bool) -> _Merger:
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
@@ -166,10 +192,10 @@ def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: i
     for _ in range(jobs):
         inherited = [c for w in workers for c in (w.inbox, w.results)]
         workers.append(_Worker(ctx, make_analyzer, output, inherited))
-    merger = _Merger(output, workers)
+    merger = _Merger(output, workers, flush_each)
     merger.thread.start()
     try:
-        _share_out(segments_after_start(), workers, merger)
+        _share_out(share, workers, merger)
         merger.thread.join()
     finally:
         for w in workers:
@@ -179,10 +205,12 @@ def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: i
                 w.process.terminate()
     if merger.error is not None:
         raise merger.error
+    return merger
 
 
-def _share_out(segments: Iterable[list[TcpSegment]], workers: list[_Worker], merger: _Merger) -> None:
-    """Reassemble TCP here; send each event to the worker of its connection, in batches."""
+def _share_out(share, workers: list[_Worker], merger: _Merger) -> None:
+    """Reassemble TCP here (`share`, with share.pyx); send each event to the worker of its connection, in
+    batches."""
     batches: list[list] = [[] for _ in workers]
 
     def send(watermark: int) -> None:
@@ -192,8 +220,7 @@ def _share_out(segments: Iterable[list[TcpSegment]], workers: list[_Worker], mer
 
     try:
         # the merger stops on a worker's failure, and has the reason
-        if share_out(segments, TcpReassembler(), batches, send, lambda: merger.error is not None, BATCH_EVENTS,
-                     BATCH_BYTES):
+        if share(batches, send, lambda: merger.error is not None):
             send(END)
     except (BrokenPipeError, ConnectionResetError):
         merger.thread.join(timeout=5)  # a worker went away: the merger hears why

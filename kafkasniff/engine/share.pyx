@@ -9,9 +9,10 @@ from kafkasniff.stream import tcp
 from kafkasniff.stream.session cimport MessageEvent
 from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, StreamData
 
-# An event's kind, the second value of its tuple (the first is its number in capture order).
-DATA, OPENED, GAP, ENDED, LATE = range(5)
-cdef int _DATA = DATA, _OPENED = OPENED, _GAP = GAP, _ENDED = ENDED, _LATE = LATE
+# An event's kind, the second value of its tuple (the first is its number in capture order). TICK is not a TCP
+# event: a live capture was idle, and capture time went on (every worker gets it).
+DATA, OPENED, GAP, ENDED, LATE, TICK = range(6)
+cdef int _DATA = DATA, _OPENED = OPENED, _GAP = GAP, _ENDED = ENDED, _LATE = LATE, _TICK = TICK
 cdef int _BOTH = tcp.BOTH
 
 
@@ -36,6 +37,21 @@ cpdef tuple plain(long long number, event):
     return None
 
 
+cdef long long _distribute(list events, long long number, list batches, long long *data_bytes):
+    """Append each event's plain tuple, numbered from `number`, to the batch of its connection's worker (stream
+    number modulo the workers), adding the stream bytes to data_bytes; the number after the last."""
+    cdef Py_ssize_t count = len(batches)
+    cdef tuple item
+    for ev in events:
+        item = plain(number, ev)
+        if item is not None:
+            (<list>batches[<long long>item[2] % count]).append(item)
+            if <int>item[1] == _DATA:
+                data_bytes[0] += len(<bytes>item[4])
+        number += 1
+    return number
+
+
 def share_out(segment_lists, reassembler, list batches, send, stopped, long long batch_events,
               long long batch_bytes) -> bint:
     """Reassemble the segments (given a list at a time); append each event's plain tuple to the batch of its connection's worker
@@ -43,44 +59,56 @@ def share_out(segment_lists, reassembler, list batches, send, stopped, long long
     `batch_bytes` stream bytes, the watermark being the last event number handed out. False when `stopped()`
     says to give up; else the batches hold the rest, the capture's end included."""
     cdef long long number = 0, pending = 0, pending_bytes = 0
-    cdef Py_ssize_t count = len(batches)
     cdef list events
-    cdef tuple item
     for segments in segment_lists:
         for segment in <list>segments:
             events = reassembler.feed(segment)
             if not events:
                 continue
-            for ev in events:
-                item = plain(number, ev)
-                if item is not None:
-                    (<list>batches[<long long>item[2] % count]).append(item)
-                    if <int>item[1] == _DATA:
-                        pending_bytes += len(<bytes>item[4])
-                number += 1
+            number = _distribute(events, number, batches, &pending_bytes)
             pending += len(events)
             if pending >= batch_events or pending_bytes >= batch_bytes:
                 if stopped():
                     return False
                 send(number - 1)
                 pending = pending_bytes = 0
-    for ev in reassembler.flush():
-        item = plain(number, ev)
-        if item is not None:
-            (<list>batches[<long long>item[2] % count]).append(item)
-        number += 1
+    _distribute(reassembler.flush(), number, batches, &pending_bytes)
     return True
 
 
-def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> list:
+def share_out_live(blocks, reassembler, list batches, send, stopped, now) -> bool:
+    """share_out for a live capture: `blocks` gives the segments of each block of its ring, or None while the
+    capture is idle (then the reassembler is told the time, `now()`, and every worker gets a TICK). Whatever a
+    block or tick brought is sent at once, so each message goes out within a block's time of its last packet."""
+    cdef long long number = 0, sent = 0, data_bytes = 0
+    for segments in blocks:
+        if segments is None:
+            at = now()
+            number = _distribute(reassembler.tick(at), number, batches, &data_bytes)
+            for batch in batches:
+                (<list>batch).append((number, _TICK, at))
+            number += 1
+        else:
+            number = _distribute(reassembler.feed_all(segments), number, batches, &data_bytes)
+        if number != sent:
+            if stopped():
+                return False
+            send(number - 1)
+            sent = number
+    _distribute(reassembler.flush(), number, batches, &data_bytes)
+    return True
+
+
+def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> tuple:
     """A worker's batch: each item to its Analyzer method, each resulting event rendered, as
     (number, rank within the item's events, rendered...) for what the renderer keeps. Whenever what was rendered
-    reaches `reply_bytes` (lines, and the payloads of events handed on whole), `reply(number, rendered)` sends it
-    with the number of the item just done as watermark; the rest is returned."""
+    reaches `reply_bytes` (lines, and the payloads of events handed on whole), `reply(number, rendered, messages)`
+    sends it with the number of the item just done as watermark and how many of its events were messages; the
+    rest is returned, with its count of messages."""
     cdef list out = []
     cdef tuple item, rendered
     cdef int kind, rank
-    cdef long long size = 0
+    cdef long long size = 0, messages = 0
     for item in items:
         kind = item[1]
         if kind == _DATA:
@@ -92,20 +120,24 @@ def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> li
             events = analyzer.gap(item[2], item[3], item[4], item[5])
         elif kind == _LATE:
             events = analyzer.late(item[2], item[3], item[4], item[5], item[6])
+        elif kind == _TICK:
+            events = analyzer.poll_tls(item[2])
         else:
             events = analyzer.ended(item[2], item[3])
         rank = 0
         for ev in events:
+            if type(ev) is MessageEvent:
+                messages += 1
             rendered = render(ev)
             if rendered is not None:
                 out.append((item[0], rank, *rendered))
                 rank += 1
                 size += rendered_size(rendered[0])
         if size >= reply_bytes:
-            reply(item[0], out)
+            reply(item[0], out, messages)
             out = []
-            size = 0
-    return out
+            size = messages = 0
+    return out, messages
 
 
 cpdef Py_ssize_t rendered_size(line):

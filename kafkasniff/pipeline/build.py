@@ -9,11 +9,13 @@
      file, index in the file) by Spark's own (spilling) sort, so a partition is a sequence of
      4-tuples, each one's packets in capture order, and a big connection never has to fit in memory;
    - decode: each 4-tuple's run goes through TcpReassembler and Analyzer; the rows of every table
-     are staged as Parquet by the worker (see `writing`), and only the facts the run needs (the
-     connections' first packets, topic names, the staged files) go back to the driver.
+     are staged as Parquet by the worker (see `writing`), with what the analyses read of each
+     message (see `analysis`), and only the facts the run needs (the connections' first packets,
+     topic names, the staged files) go back to the driver.
 2. The driver numbers the connections by first-seen time and pools the topic names.
 3. One job finishes the staged files into the tables (stream numbers, topic names, timestamps,
-   folders by date), each task counting what it wrote: the summary counts what the tables hold.
+   folders by date), each task counting what it wrote: the summary counts what the tables hold;
+   one of its tasks runs the analyses over the whole run into the groups and partitions tables.
 The inputs are read and decoded once; no table row passes through the JVM.
 """
 
@@ -26,10 +28,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from kafkasniff.pipeline.analysis import STAGED_NAME
 from kafkasniff.pipeline.connections import RUN_FACTS_DDL
 from kafkasniff.pipeline.inputs import CaptureFile
 from kafkasniff.pipeline.reading import SEGMENT_DDL, read_local, read_spooled
-from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
+from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
 
 _COUNTS = ("files", "bytes", "frames", "segments")
@@ -44,6 +47,8 @@ class BuildSummary:
     connections: int = 0
     messages: int = 0
     records: int = 0
+    groups: int = 0       # rows of the groups table
+    partitions: int = 0   # and of the partitions table
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -104,7 +109,9 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     read = stats.value
     return BuildSummary(files=read["files"], bytes=read["bytes"], frames=read["frames"], segments=read["segments"],
                         connections=written[CONNECTIONS.name], messages=written[MESSAGES.name],
-                        records=written[RECORDS.name], seconds=time.monotonic() - started,
+                        records=written[RECORDS.name], groups=written[GROUPS.name],
+                        partitions=written[PARTITIONS.name],
+                        seconds=time.monotonic() - started,
                         warnings=read["warnings"])
 
 
@@ -122,22 +129,26 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     streams = {connection[3]: number for number, connection in enumerate(connections)}
     topic_of_id = dict(sorted({(f.topic_id, f.topic_name) for f in facts if f.topic_id is not None},
                               reverse=True))  # the smallest name wins
-    staged = [(f.table_name, f.staged) for f in facts if f.staged is not None]
+    staged = [(f.table_name, f.staged) for f in facts if f.staged is not None and f.table_name != STAGED_NAME]
+    seen = [f.staged for f in facts if f.table_name == STAGED_NAME]
+    # the finishing tasks: the analyses first (the longest), then a staged file each
+    jobs = ([(STAGED_NAME, seen)] if seen else []) + staged
 
     def finish(batches):
+        from kafkasniff.pipeline.analysis import analyse
         from kafkasniff.pipeline.writing import finish_staged
 
         for batch in batches:
             for number in batch.column(0).to_pylist():
-                table, path = staged[number]
-                yield pa.RecordBatch.from_pydict(
-                    {"table_name": [table], "rows": [finish_staged(table, path, out, f"{number:05d}", streams,
-                                                                   topic_of_id)]})
+                kind, what = jobs[number]
+                counts = analyse(what, out) if kind == STAGED_NAME else {
+                    kind: finish_staged(kind, what, out, f"{number:05d}", streams, topic_of_id)}
+                yield pa.RecordBatch.from_pydict({"table_name": list(counts), "rows": list(counts.values())})
 
     replace_tables(out)
-    written = dict.fromkeys((t.name for t in (CONNECTIONS, MESSAGES, RECORDS)), 0)
-    if staged:
-        for row in (spark.range(len(staged), numPartitions=min(len(staged), spark.sparkContext.defaultParallelism))
+    written = dict.fromkeys((t.name for t in TABLES), 0)
+    if jobs:
+        for row in (spark.range(len(jobs), numPartitions=min(len(jobs), spark.sparkContext.defaultParallelism))
                     .mapInArrow(finish, "table_name string, rows bigint").collect()):
             written[row.table_name] += row.rows
     mark_done(out)

@@ -21,7 +21,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from kafkasniff.analyses.wire import seen
 from kafkasniff.capture.packets import TcpSegment
+from kafkasniff.pipeline.analysis import AT_THE_END, STAGED_NAME, StagedSeen
 from kafkasniff.pipeline.rows import message_row, micros, record_rows
 from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
 from kafkasniff.pipeline.writing import StagedTables
@@ -94,10 +96,11 @@ class _Tally:
 
 class ConnectionDecoder:
     """The packets of one 4-tuple, in capture order, to rows: TCP reassembly and Kafka decoding as in
-    `decode`, with a _Tally per connection for the connections table."""
+    `decode`, with a _Tally per connection for the connections table, and what the analyses read of each
+    message (`seen`) keyed by where in the capture it ended (see pipeline.analysis)."""
 
     def __init__(self, port_hints: frozenset[int], topic_resolver: Output, file_names: list[str],
-                 out: StagedTables, facts: list[tuple], keylog: KeyLog | None = None) -> None:
+                 out: StagedTables, facts: list[tuple], seen: StagedSeen, keylog: KeyLog | None = None) -> None:
         self.reassembler = tcp.TcpReassembler()
         self.analyzer = Analyzer(port_hints, reassembler=self.reassembler, keylog=keylog)
         self.tallies: dict[int, _Tally] = {}
@@ -106,6 +109,7 @@ class ConnectionDecoder:
         self._file_names = file_names
         self._out = out
         self._facts = facts
+        self._seen = seen
 
     def feed(self, seg: TcpSegment, file: int, index: int) -> None:
         reassembler = self.reassembler
@@ -124,12 +128,12 @@ class ConnectionDecoder:
             else:
                 spans.append([file, seg.ts, seg.ts])
         if events:
-            self._rows(self.analyzer.handle(events))
+            self._rows(self.analyzer.handle(events), (seg.ts, file, index))
 
     def finish(self) -> None:
         events = self.reassembler.flush()
         self._observe(events, None)
-        self._rows(self.analyzer.handle(events))
+        self._rows(self.analyzer.handle(events), None)
         rows = self._out.rows[CONNECTIONS.name]
         for tally in self.tallies.values():
             row = tally.row(self._file_names)
@@ -152,7 +156,9 @@ class ConnectionDecoder:
             elif kind is tcp.StreamEnd and ev.direction == tcp.BOTH:
                 self.tallies[ev.conn.stream].end_reason = ev.reason
 
-    def _rows(self, events: list) -> None:
+    def _rows(self, events: list, position: tuple[float, int, int] | None) -> None:
+        """Rows of the events handed over by the segment at `position` (time, file, index); None: by the
+        connection's end."""
         messages, records = self._out.rows[MESSAGES.name], self._out.rows[RECORDS.name]
         for ev in events:
             if ev.conn is not None and ev.conn.tls is not None:
@@ -176,6 +182,9 @@ class ConnectionDecoder:
             messages.append(message_row(ev, tally.id, files, topics, len(found) if found is not None else None))
             if found:
                 records += found
+            read = seen(ev, tally.id)
+            if read is not None:
+                self._seen.add(*(position or (AT_THE_END, *tally.first_packet)), read)
 
 
 def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], port_hints: frozenset[int],
@@ -184,6 +193,7 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
     under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned.
     keylog_text: the TLS key log lines the driver read, parsed once per partition."""
     staged = StagedTables(out, staging, task)
+    staged_seen = StagedSeen(out, staging, task)
     keylog = KeyLog()
     keylog.add_text(keylog_text)
     facts: list[tuple] = []
@@ -200,7 +210,7 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
             if key != current_key:
                 if decoder is not None:
                     decoder.finish()
-                decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, keylog)
+                decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, staged_seen, keylog)
                 current_key = key
                 last_ts, first_file_of = None, {}
             if seg.ts != last_ts:
@@ -215,6 +225,9 @@ def decode_partition(batches: Iterator[pa.RecordBatch], file_names: list[str], p
     facts += ((None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())
     facts += ((None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
+    seen_file = staged_seen.close()
+    if seen_file is not None:
+        facts.append((None, None, None, None, None, None, STAGED_NAME, *seen_file))
     if facts:
         columns = [pa.array(column, field.type) for column, field in zip(zip(*facts), RUN_FACTS_SCHEMA)]
         yield pa.RecordBatch.from_arrays(columns, schema=RUN_FACTS_SCHEMA)

@@ -2,7 +2,9 @@
 
 Every section is a list of plain dicts (JSON-ready). Topics count data records only (not
 transaction markers), and bytes are key plus value bytes. Percentiles are exact (Spark's
-`percentile`, linear interpolation between the closest ranks, as numpy's default).
+`percentile`, linear interpolation between the closest ranks, as numpy's default). `groups` and
+`partitions` summarise the tables of the same names: per group, its generations and rebalances;
+per partition, its traffic and how far its consumers are behind.
 """
 
 from __future__ import annotations
@@ -57,6 +59,24 @@ SECTIONS = {
                sum(throttle_time_ms) AS total_ms, max(throttle_time_ms) AS max_ms
         FROM messages WHERE kind = 'response' AND throttle_time_ms IS NOT NULL
         GROUP BY api_name ORDER BY total_ms DESC, responses DESC, api_name""",
+    "groups": """
+        WITH generations AS (
+            SELECT group_id, generation, first(protocol) AS protocol, first(rebalance_ms) AS rebalance_ms,
+                   count(member_id) AS members, first(causes) AS causes,
+                   first(aggregate(map_values(errors), 0L, (total, n) -> total + n)) AS errors
+            FROM groups WHERE generation IS NOT NULL GROUP BY group_id, generation)
+        SELECT group_id, group_state AS state, max_by(protocol, generation) AS protocol,
+               count(generation) AS generations, max(generation) AS last_generation,
+               max_by(members, generation) AS members, max(rebalance_ms) AS max_rebalance_ms,
+               coalesce(sum(errors), 0) AS errors, max_by(array_join(causes, '; '), generation) AS last_cause
+        FROM (SELECT DISTINCT group_id, group_state FROM groups) LEFT JOIN generations USING (group_id)
+        GROUP BY group_id, group_state ORDER BY group_id LIMIT {top}""",
+    "partitions": """
+        SELECT topic, partition, produced_records, produced_bytes, records_per_minute, fetched_records,
+               fetched_bytes, log_end_offset, size(consumers) AS consumers,
+               array_max(transform(consumers, c -> c.last.lag)) AS max_consumer_lag,
+               array_max(transform(committed, c -> c.lag)) AS max_committed_lag
+        FROM partitions ORDER BY produced_bytes DESC, fetched_bytes DESC, topic, partition LIMIT {top}""",
 }
 
 

@@ -6,6 +6,10 @@ timestamps cheaply, so a `timestamp` column travels as microseconds since the ep
 (`bigint`) and becomes a timestamp on the JVM side. `date` and `stream` are not in the raw
 rows: `date` comes from each table's time column, `stream` from numbering the connections
 of the whole run.
+
+`groups` and `partitions` are the analyses of the whole run (consumer groups, lag, traffic: see
+pipeline.analysis), one file each, not partitioned by date: they are small, and their rows span
+the run rather than a moment.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ class Column(NamedTuple):
 
 class Table(NamedTuple):
     name: str
-    time_column: str  # the column `date` is taken from
+    time_column: str | None  # the column `date` is taken from; None: a table not partitioned by date
     columns: tuple[Column, ...]
     doc: str
     internal: tuple[Column, ...] = ()  # raw columns the job uses and the table does not keep
@@ -135,7 +139,84 @@ CONNECTIONS = Table("connections", "first_seen", (
     Column("first_index", "bigint", "Index of the first packet in that file"),
 ))
 
-TABLES = (MESSAGES, RECORDS, CONNECTIONS)
+
+
+def struct(*fields: tuple[str, str]) -> str:
+    """The Spark SQL type of a struct of (name, type) fields."""
+    return "struct<" + ",".join(f"`{name}`:{type_}" for name, type_ in fields) + ">"
+
+
+_FETCH_SAMPLE = struct(("ts", "timestamp"), ("fetch_offset", "bigint"), ("high_watermark", "bigint"),
+                       ("last_stable_offset", "bigint"), ("lag", "bigint"))
+
+GROUPS = Table("groups", None, (
+    Column("group_id", "string", "Consumer group id"),
+    Column("group_state", "string", "The group at the end of the run: `Stable`, `Rebalancing` or `Empty` (every "
+                                    "member left)"),
+    Column("generation", "int", "Generation id (classic protocol) or group epoch (KIP-848 `consumer` and "
+                                "`share` groups); null on the row of what happened after the last generation"),
+    Column("protocol", "string", "`classic`, `consumer` (KIP-848) or `share`"),
+    Column("protocol_type", "string", "Classic: the JoinGroup protocol type (`consumer`, `connect`, ...)"),
+    Column("assignor", "string", "Classic: the assignment strategy chosen; KIP-848: the server assignor members "
+                                 "asked for"),
+    Column("started", "timestamp", "When the rebalance that formed the generation began: its first cause or "
+                                   "JoinGroup (the after row: the first thing after the last generation)"),
+    Column("first_join", "timestamp", "Classic: the rebalance's first JoinGroup request"),
+    Column("formed", "timestamp", "The first response giving the generation id (epoch)"),
+    Column("completed", "timestamp", "When the last member got its assignment; null while some member has not"),
+    Column("rebalance_ms", "double", "First JoinGroup (epochs: `started`) to `completed`, milliseconds"),
+    Column("causes", "array<string>", "What started the rebalance: members joining, leaving, dropping out, "
+                                      "subscriptions changing; failing those, what clients said"),
+    Column("errors", "map<string,bigint>", "Error names of the group responses in the rebalance, and counts"),
+    Column("events", "array<string>", "KIP-848: members rejoining that kept the epoch, within the generation"),
+    Column("member_id", "string", "Member id (one row per member of the generation)"),
+    Column("client_id", "string", "The member's client id"),
+    Column("host", "string", "The member's connection to the coordinator, `ip:port`"),
+    Column("instance_id", "string", "Static membership: its group instance id"),
+    Column("leader", "boolean", "Classic: the member is the generation's leader; null for epochs"),
+    Column("subscription", "array<string>", "Topics the member subscribed to"),
+    Column("assignment", "map<string,array<int>>", "Partitions by topic given to the member in this generation "
+                                                   "(topic ids named from the run's Metadata)"),
+    Column("assigned_at", "timestamp", "When it got them (SyncGroup response; epochs: the heartbeat response)"),
+), "one row per member of each consumer-group generation, as `kafkasniff groups --json`")
+
+PARTITIONS = Table("partitions", None, (
+    Column("topic", "string", "Topic name (an id the run never names stays the id)"),
+    Column("partition", "int", "Partition index"),
+    Column("produced_records", "bigint", "Records in Produce requests to it that their responses acknowledged"),
+    Column("produced_bytes", "bigint", "Bytes of those requests' record sets"),
+    Column("first_produced_offset", "bigint", "Lowest offset they were written at (from the responses)"),
+    Column("last_produced_offset", "bigint", "Highest offset"),
+    Column("first_produced_at", "timestamp", "The first of those Produce requests"),
+    Column("last_produced_at", "timestamp", "The last"),
+    Column("records_per_minute", "double", "produced_records per minute from the first to the last; null with "
+                                           "fewer than two times"),
+    Column("fetch_responses", "bigint", "Consumer Fetch responses answering for it without error"),
+    Column("fetched_records", "bigint", "Data records in their record batches (each fetch counted)"),
+    Column("fetched_bytes", "bigint", "Bytes of their record sets"),
+    Column("high_watermark", "bigint", "The last Fetch response's high watermark"),
+    Column("last_stable_offset", "bigint", "And its last stable offset"),
+    Column("high_watermark_at", "timestamp", "When"),
+    Column("log_end_offset", "bigint", "Highest log end seen: high watermarks, produced offsets, ListOffsets"),
+    Column("log_end_at", "timestamp", "When it was seen"),
+    Column("consumers", "array<" + struct(
+        ("group", "string"), ("client_id", "string"), ("fetches", "bigint"), ("last", _FETCH_SAMPLE),
+        ("max_lag", _FETCH_SAMPLE), ("delivered_to", "bigint")) + ">",
+           "Per consumer (its group, or its client id outside groups), as `lag --json` `consumers`: fetches, the "
+           "last fetch and the one of largest lag (lag = high watermark, or last stable offset when "
+           "read_committed, minus fetch offset), and the offset after the last record fetched"),
+    Column("committed", "array<" + struct(
+        ("group", "string"), ("committed_offset", "bigint"), ("committed_at", "timestamp"), ("commits", "bigint"),
+        ("source", "string"), ("log_end_at_commit", "bigint"), ("lag_at_commit", "bigint"),
+        ("log_end_offset", "bigint"), ("lag", "bigint")) + ">",
+           "Per group, as `lag --json` `committed`: the last committed offset (OffsetCommit, or OffsetFetch), its "
+           "lag behind the log end then and at the end of the run"),
+), "one row per topic and partition: traffic, log end, consumers' lag and committed offsets, as "
+   "`kafkasniff lag --json`")
+
+DECODED_TABLES = (MESSAGES, RECORDS, CONNECTIONS)  # staged by the decode tasks
+ANALYSED_TABLES = (GROUPS, PARTITIONS)             # written by the analysis task
+TABLES = DECODED_TABLES + ANALYSED_TABLES
 
 
 
@@ -145,8 +226,25 @@ def arrow_type(ddl: str):
 
     if ddl.startswith("array<"):
         return pa.list_(arrow_type(ddl[len("array<"):-1]))
+    if ddl.startswith("map<"):
+        key, value = _top_level(ddl[len("map<"):-1])
+        return pa.map_(arrow_type(key), arrow_type(value))
+    if ddl.startswith("struct<"):
+        fields = [field.split(":", 1) for field in _top_level(ddl[len("struct<"):-1])]
+        return pa.struct([(name.strip("`"), arrow_type(type_)) for name, type_ in fields])
     return {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "double": pa.float64(),
             "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}[ddl]
+
+
+def _top_level(ddl: str) -> list[str]:
+    """The comma-separated parts of a type list, commas inside <...> left alone."""
+    parts, depth, start = [], 0, 0
+    for at, char in enumerate(ddl):
+        depth += (char == "<") - (char == ">")
+        if char == "," and depth == 0:
+            parts.append(ddl[start:at])
+            start = at + 1
+    return parts + [ddl[start:]]
 
 
 def raw_schema(table: Table):

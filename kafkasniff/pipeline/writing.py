@@ -4,9 +4,10 @@ Two steps. Each decode task stages its raw rows, one Parquet file per table, und
 OUT/_staging-RUN/ (a name Spark and other readers skip). Once the run's connections are
 numbered and its topic ids named, one finishing task per staged file adds `stream`, names the
 topic ids, makes timestamps of microseconds and writes OUT/TABLE/date=YYYY-MM-DD/part-*.parquet,
-which Spark reads with `date` as a partition column. OUT is a local path (on a cluster, one
-every executor sees at the same place) or a URI of a file system pyarrow has: hdfs://, s3://
-(s3a:// is taken as s3://), gs://.
+which Spark reads with `date` as a partition column. The analysed tables (`groups`, `partitions`)
+are written whole by the one task that runs the analyses (`write_rows`), as
+OUT/TABLE/part-00000.parquet. OUT is a local path (on a cluster, one every executor sees at the
+same place) or a URI of a file system pyarrow has: hdfs://, s3:// (s3a:// is taken as s3://), gs://.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from kafkasniff.pipeline.inputs import is_uri
-from kafkasniff.pipeline.tables import MESSAGES, RECORDS, TABLES, file_schema, raw_schema
+from kafkasniff.pipeline.tables import DECODED_TABLES, MESSAGES, RECORDS, TABLES, Table, file_schema, raw_schema
 
 _MICROS_PER_DAY = 86_400_000_000
 _EPOCH = date(1970, 1, 1)
@@ -43,9 +44,9 @@ class StagedTables:
 
     def __init__(self, out: str, staging: str, task: str) -> None:
         self._fs, root = output_fs(out)
-        self.rows: dict[str, list[tuple]] = {t.name: [] for t in TABLES}
-        self._paths = {t.name: f"{root}/{staging}/{t.name}/{task}.parquet" for t in TABLES}
-        self._schemas = {t.name: raw_schema(t) for t in TABLES}
+        self.rows: dict[str, list[tuple]] = {t.name: [] for t in DECODED_TABLES}
+        self._paths = {t.name: f"{root}/{staging}/{t.name}/{task}.parquet" for t in DECODED_TABLES}
+        self._schemas = {t.name: raw_schema(t) for t in DECODED_TABLES}
         self._writers: dict[str, pq.ParquetWriter] = {}
         self.written = dict.fromkeys(self.rows, 0)
 
@@ -95,6 +96,34 @@ def finish_staged(table_name: str, staged: str, out: str, part: str, streams: di
         pq.write_table(rows, f"{folder}/part-{part}.parquet", filesystem=filesystem)
     filesystem.delete_file(staged)
     return finished.num_rows
+
+
+def write_rows(table: Table, rows: list[dict], out: str) -> int:
+    """Rows of an analysed table (dicts of plain values, times in seconds) as its one Parquet file; returns
+    how many rows were written (none: no file)."""
+    if not rows:
+        return 0
+    filesystem, root = output_fs(out)
+    schema = file_schema(table)
+    columns = [pa.array([_arrow_value(row[field.name], field.type) for row in rows], field.type) for field in schema]
+    pq.write_table(pa.table(columns, schema=schema), f"{root}/{table.name}/part-00000.parquet", filesystem=filesystem)
+    return len(rows)
+
+
+def _arrow_value(value, arrow_type):
+    """A plain value as pyarrow takes it for `arrow_type`: times in seconds become microseconds, in lists, maps
+    and structs too."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(arrow_type):
+        return round(value * 1e6)
+    if pa.types.is_map(arrow_type):
+        return [(key, _arrow_value(item, arrow_type.item_type)) for key, item in value.items()]
+    if pa.types.is_list(arrow_type):
+        return [_arrow_value(item, arrow_type.value_type) for item in value]
+    if pa.types.is_struct(arrow_type):
+        return {field.name: _arrow_value(value.get(field.name), field.type) for field in arrow_type}
+    return value
 
 
 def replace_tables(out: str) -> None:

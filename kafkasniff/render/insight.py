@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from kafkasniff.analyses.groups import Group, GroupTracker, causes, clock, took_ms
+from kafkasniff.analyses.groups import Group, GroupTracker, causes, clock, named, took_ms
 from kafkasniff.analyses.histogram import PERCENTILES
 from kafkasniff.analyses.lag import LagTracker
 
@@ -28,8 +28,9 @@ def assignment_text(assignment: dict | None) -> str:
     return " ".join(f"{topic}[{','.join(map(str, partitions))}]" for topic, partitions in assignment.items())
 
 
-def group_table(group: Group) -> Table:
-    """One row per member of each generation; the generation's facts on its first member's row."""
+def group_table(group: Group, by_id: dict[str, str]) -> Table:
+    """One row per member of each generation; the generation's facts on its first member's row, then a row per
+    event settled within it (by_id: topic names of the ids assignments carry)."""
     latest = group.latest
     kind = f"{latest.protocol} protocol" if latest is not None else "no generation seen"
     table = _table(f"group {group.group_id} ({kind}): {group.state()}",
@@ -44,9 +45,12 @@ def group_table(group: Group) -> Table:
             facts = (str(gen.generation), clock(gen.formed), _ms(took_ms(gen)),
                      "\n".join(t.text for t in causes(gen)),
                      ", ".join(f"{name}×{n}" for name, n in sorted(errors.items()))) if first else ("",) * 5
-            table.add_row(*facts[:3], Text(facts[3]), facts[4], Text(leader + info.label()), info.host or "",
-                          Text(assignment_text(assignment)))
+            table.add_row(*facts[:3], Text(facts[3]), facts[4], Text(leader + info.label()),
+                          gen.hosts.get(member_id, info.host) or "",
+                          Text(assignment_text(named(assignment, by_id))))
             first = False
+        for event in gen.events:
+            table.add_row("", clock(event.ts), "", Text(event.text), "", "", "", "")
         table.add_section()
     if group.pending.triggers or group.pending.errors:
         table.add_row("", "after", "", Text("\n".join(t.text for t in sorted(group.pending.triggers,
@@ -56,7 +60,7 @@ def group_table(group: Group) -> Table:
 
 
 def group_tables(groups: GroupTracker) -> list[Table]:
-    return [group_table(group) for _, group in sorted(groups.groups.items())]
+    return [group_table(group, groups.topic_names.by_id) for _, group in sorted(groups.groups.items())]
 
 
 def lag_tables(lag: LagTracker) -> list[Table]:

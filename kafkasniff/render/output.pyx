@@ -30,6 +30,9 @@ TOPICS_PLACEHOLDER = "\x00topics\x00"
 # copying it through pipes and pickles cost more than making it, and memory for the whole line in the worker, the
 # pipe and the parent (an 8 MB response of 2 million results, --json -j 2: 223 MB).
 RENDERED_BY_PARENT = 16384
+# What a worker renders of a message a filter drops that names topic ids: nothing but its mentions, for the parent
+# to learn the names from, as one process does whatever it shows (a bool: it stays itself through pickling).
+LEARN_ONLY = False
 _SLOT_BYTES = TOPICS_SLOT.encode()
 OUTPUT_BLOCK = 1 << 16  # bytes of output gathered before they are written
 cdef frozenset _RECORD_APIS = record_apis()
@@ -69,6 +72,14 @@ cdef bint learns_or_shows_topics(MessageEvent ev) except -1:
         return True
     for mention in m.mentions:
         if mention[0] is not None and mention[1] is not None:
+            return True
+    return False
+
+
+cdef bint _teaches(list mentions):
+    """Whether a mention (of `event_mentions`) gives a topic's name and id together."""
+    for mention in mentions:
+        if mention is not None and mention[0] is not None and mention[1] is not None:
             return True
     return False
 
@@ -220,11 +231,16 @@ cdef class Output:
         return self.options.view in ("line", "json") and not self.options.stats
 
     cpdef tuple render(self, ev):
-        """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it.
+        """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it (LEARN_ONLY
+        and the mentions, when they name topic ids).
 
         A JSON line holds TOPICS_PLACEHOLDER, a one-line view's line TOPICS_SLOT, where `deliver` puts the
         resolved topics."""
         if not self.wanted_apart_from_topics(ev):
+            if type(ev) is MessageEvent:
+                mentions = event_mentions(ev)
+                if _teaches(mentions):  # not shown, but its (topic id, name) pairs name ids in later messages
+                    return LEARN_ONLY, mentions
             return None
         mentions = None
         if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
@@ -252,6 +268,9 @@ cdef class Output:
         cdef object line
         chunks = []
         for line, mentions in rendered:
+            if line is LEARN_ONLY:
+                self._resolve(mentions)
+                continue
             if type(line) is MessageEvent:
                 topics = self._resolve(mentions)
                 if self.options.topics and self.options.topics.isdisjoint(topics):

@@ -41,10 +41,17 @@ class Analyzer:
     def feed(self, segment: TcpSegment) -> list:
         return self.handle(self.tcp.feed(segment))
 
+    def feed_all(self, segments: list[TcpSegment]) -> list:
+        return self.handle(self.tcp.feed_all(segments))
+
     def tick(self, now: float) -> list:
         """Live capture: capture time passes without traffic, so long-waiting holes are given up, and TLS
         records waiting for their keys are decrypted once the key log has them."""
-        out = self.handle(self.tcp.tick(now))
+        return self.handle(self.tcp.tick(now)) + self.poll_tls(now)
+
+    def poll_tls(self, now: float) -> list:
+        """TLS records waiting for their keys, decrypted if a followed key log has them now."""
+        out = []
         if self.keylog.follow and self.tls_sessions:
             self.keylog.refresh()
             for session in list(self.tls_sessions.values()):

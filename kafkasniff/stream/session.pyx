@@ -281,6 +281,10 @@ cdef class Session:
                 self._frames(side, framer.close())
             self._release_orphans(None)
             self._report_given_up(ts)
+        # The broker side's framer refers back to this session (ResponseFrames): without it, reference counting
+        # frees an ended connection at once, instead of the cycle collector in passes that grow with the
+        # connections ended since the last (0.5 s, in a live capture of 100,000 packets/s).
+        self.framers = [None, None]
         return self._take()
 
     cpdef NoticeEvent late(self, int side, long long stream_offset, long long size, double ts):

@@ -185,6 +185,13 @@ cdef class TcpReassembler:
     def open_connections(self) -> int:
         return len(self._table) // 2
 
+    def feed_all(self, list segments) -> list:
+        """`feed` each segment of a list (a block of a live capture's ring); the events of all, in order."""
+        cdef list events = []
+        for seg in segments:
+            events += self.feed(seg)
+        return events
+
     def feed(self, seg) -> list:
         cdef list events = []
         cdef double ts

@@ -3,7 +3,9 @@ plaintext they carry out, given the secrets of a key log (see keylog.py).
 
 TLS 1.2 (AES-GCM, ChaCha20-Poly1305, AES-CBC with HMAC, encrypt-then-MAC too) and TLS 1.3 (AES-GCM,
 ChaCha20-Poly1305, key updates). The primitives are the `cryptography` package's; what no library offers
-as a parser (records, the hellos, the TLS 1.2 PRF, HKDF-Expand-Label's label) is here.
+as a parser (records, the hellos, the TLS 1.2 PRF, HKDF-Expand-Label's label) is here, but for the per-record
+work: record keys and the loop that opens each direction's records are compiled (stream/tlsdirection.pyx),
+and call back here for what is not per record (handshake messages, finding keys, failing).
 
 A connection whose handshake was not captured is decrypted when a TLS 1.3 traffic secret of the key log
 authenticates one of its records at some sequence number (TLS 1.2 keys need the hellos' randoms). A
@@ -15,20 +17,15 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, hmac
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from kafkasniff.stream.keylog import KeyLog
-from kafkasniff.stream.tlsrecord import (ALERT, APPLICATION_DATA, CHANGE_CIPHER_SPEC, HANDSHAKE, HEADER,
-                                         MAX_RECORD, record_boundary)
+from kafkasniff.stream.tlsdirection import HASHES, MAC_LEN, TAG, Direction, RecordKeys, hmac_digest
+from kafkasniff.stream.tlsrecord import ALERT, CHANGE_CIPHER_SPEC, HANDSHAKE, HEADER
 
 TLS12, TLS13 = 0x0303, 0x0304
 CLIENT_HELLO, SERVER_HELLO, FINISHED, KEY_UPDATE = 1, 2, 20, 24
 EXT_SERVER_NAME, EXT_ENCRYPT_THEN_MAC, EXT_SUPPORTED_VERSIONS = 0, 22, 43
-TAG = 16
 # A server's random that says "HelloRetryRequest" (RFC 8446 4.1.3): a second ClientHello follows.
 RETRY_RANDOM = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
 # Alerts that end a handshake, by number (RFC 8446 section 6), for the notice saying why.
@@ -44,7 +41,6 @@ MAX_SEQUENCE_GUESS = 4096
 MAX_GUESSES = 1 << 16
 _SEQUENCE_ROUNDS = ((0, 16), (16, 256), (256, MAX_SEQUENCE_GUESS))
 _LEN = struct.Struct(">H")
-_SEQ = struct.Struct(">Q")
 
 
 class Suite(NamedTuple):
@@ -82,8 +78,6 @@ def _suites() -> dict[int, Suite]:
 
 
 SUITES = _suites()
-_HASHES = {"sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384}
-_MAC_LEN = {"sha1": 20, "sha256": 32, "sha384": 48}
 _IV_LEN = {"gcm": 4, "chacha": 12, "cbc": 0}  # TLS 1.2's implicit IV; TLS 1.3's is always 12
 
 
@@ -93,19 +87,13 @@ def version_text(version: int) -> str:
 
 # ---------------------------------------------------------------------------------------------- key schedule
 
-def _hmac(hash_name: str, key: bytes, data: bytes) -> bytes:
-    h = hmac.HMAC(key, _HASHES[hash_name]())
-    h.update(data)
-    return h.finalize()
-
-
 def prf12(hash_name: str, secret: bytes, label: bytes, seed: bytes, size: int) -> bytes:
     """TLS 1.2's PRF (RFC 5246 section 5): P_hash over label + seed."""
     seed = label + seed
     out, a = b"", seed
     while len(out) < size:
-        a = _hmac(hash_name, secret, a)
-        out += _hmac(hash_name, secret, a + seed)
+        a = hmac_digest(hash_name, secret, a)
+        out += hmac_digest(hash_name, secret, a + seed)
     return out[:size]
 
 
@@ -113,95 +101,19 @@ def hkdf_expand_label(hash_name: str, secret: bytes, label: bytes, size: int) ->
     """TLS 1.3's HKDF-Expand-Label with an empty context (RFC 8446 section 7.1)."""
     full = b"tls13 " + label
     info = _LEN.pack(size) + bytes((len(full),)) + full + b"\x00"
-    return HKDFExpand(_HASHES[hash_name](), size, info).derive(secret)
+    return HKDFExpand(HASHES[hash_name](), size, info).derive(secret)
 
 
-class RecordKeys:
-    """One direction's keys: opens its records, or says they do not authenticate (None)."""
-
-    def __init__(self, suite: Suite, key: bytes, iv: bytes, mac_key: bytes = b"", encrypt_then_mac: bool = False):
-        self.suite = suite
-        self.iv = iv
-        self._iv = int.from_bytes(iv, "big")  # the per-record nonce is it XOR the sequence number
-        self.mac_key = mac_key
-        self.encrypt_then_mac = encrypt_then_mac
-        if suite.cipher == "gcm":
-            self.aead = AESGCM(key)
-        elif suite.cipher == "chacha":
-            self.aead = ChaCha20Poly1305(key)
-        else:
-            self.aead = None
-            self.key = key
-        self.overhead = TAG + (8 if suite.cipher == "gcm" and not suite.tls13 else 0)
-
-    @classmethod
-    def tls13(cls, suite: Suite, secret: bytes) -> RecordKeys:
-        return cls(suite, hkdf_expand_label(suite.hash, secret, b"key", suite.key_len),
-                   hkdf_expand_label(suite.hash, secret, b"iv", 12))
-
-    def open(self, seq: int, record: bytes | memoryview) -> bytes | None:
-        """The plaintext of a whole record (header included), or None if it does not authenticate. TLS 1.3:
-        the inner plaintext, content type and padding included."""
-        suite = self.suite
-        body = record[HEADER:]
-        try:
-            if suite.tls13:
-                return self.aead.decrypt((self._iv ^ seq).to_bytes(12, "big"), body, record[:HEADER])
-            if suite.cipher == "gcm":
-                if len(body) < 8 + TAG:
-                    return None
-                aad = _SEQ.pack(seq) + bytes(record[:3]) + _LEN.pack(len(body) - 8 - TAG)
-                return self.aead.decrypt(self.iv + bytes(body[:8]), body[8:], aad)
-            if suite.cipher == "chacha":
-                if len(body) < TAG:
-                    return None
-                aad = _SEQ.pack(seq) + bytes(record[:3]) + _LEN.pack(len(body) - TAG)
-                return self.aead.decrypt(self._nonce(seq), body, aad)
-        except InvalidTag:
-            return None
-        return self._open_cbc(seq, record[:3], bytes(body))
-
-    def _nonce(self, seq: int) -> bytes:
-        return (self._iv ^ seq).to_bytes(12, "big")
-
-    def _open_cbc(self, seq: int, head: bytes, body: bytes) -> bytes | None:
-        mac_len = _MAC_LEN[self.suite.mac]
-        mac_input = _SEQ.pack(seq) + bytes(head)
-        if self.encrypt_then_mac:
-            sealed, mac = body[:-mac_len], body[-mac_len:]
-            if len(sealed) < 32 or len(sealed) % 16 or \
-                    _hmac(self.suite.mac, self.mac_key, mac_input + _LEN.pack(len(sealed)) + sealed) != mac:
-                return None
-            return _unpad(self._cbc(sealed))
-        if len(body) < 16 + max(16, mac_len + 1) or len(body) % 16:
-            return None
-        unpadded = _unpad(self._cbc(body))
-        if unpadded is None or len(unpadded) < mac_len:
-            return None
-        content, mac = unpadded[:-mac_len], unpadded[-mac_len:]
-        if _hmac(self.suite.mac, self.mac_key, mac_input + _LEN.pack(len(content)) + content) != mac:
-            return None
-        return content
-
-    def _cbc(self, sealed: bytes) -> bytes:
-        """Decrypt an explicit IV and its ciphertext."""
-        decryptor = Cipher(algorithms.AES(self.key), modes.CBC(sealed[:16])).decryptor()
-        return decryptor.update(sealed[16:]) + decryptor.finalize()
-
-
-def _unpad(data: bytes) -> bytes | None:
-    if not data:
-        return None
-    pad = data[-1]
-    if pad + 1 > len(data) or data[-pad - 1:] != bytes((pad,)) * (pad + 1):
-        return None
-    return data[:-pad - 1]
+def tls13_keys(suite: Suite, secret: bytes) -> RecordKeys:
+    """One direction's record keys from its TLS 1.3 traffic secret (RFC 8446 section 7.3)."""
+    return RecordKeys(suite, hkdf_expand_label(suite.hash, secret, b"key", suite.key_len),
+                      hkdf_expand_label(suite.hash, secret, b"iv", 12))
 
 
 def tls12_keys(suite: Suite, master: bytes, client_random: bytes, server_random: bytes,
                encrypt_then_mac: bool) -> tuple[RecordKeys, RecordKeys]:
     """The client's and the server's record keys, from the key block (RFC 5246 section 6.3)."""
-    mac_len = _MAC_LEN[suite.mac] if suite.mac else 0
+    mac_len = MAC_LEN[suite.mac] if suite.mac else 0
     iv_len = _IV_LEN[suite.cipher]
     block = prf12(suite.hash, master, b"key expansion", server_random + client_random,
                   2 * (mac_len + suite.key_len + iv_len))
@@ -261,30 +173,12 @@ def parse_hello(body: bytes, server: bool) -> Hello:
 
 # ---------------------------------------------------------------------------------------------- records
 
-class _Direction:
-    """One direction's record stream."""
-
-    def __init__(self, from_start: bool):
-        self.buf = bytearray()
-        self.synced = from_start  # record boundary known
-        self.keys: RecordKeys | None = None
-        self.seq = 0
-        self.encrypted = False
-        self.secret: bytes | None = None  # TLS 1.3: the traffic secret the keys come from
-        self.awaiting: str | None = None  # TLS 1.3: the traffic secret to come from a followed key log
-        self.handshake = bytearray()  # a handshake message being gathered
-        self.handshake_skip = 0  # bytes of a large handshake message still to pass over unread
-        self.seq_unknown = 0  # after missing bytes: how many records may have been lost (0: seq known)
-        self.delivered = 0  # plaintext bytes handed out
-        self.captured = 0  # bytes that came in
-
-
 class TlsConnection:
     """Both directions of one TLS connection. `data` returns (side, plaintext) pieces in stream order."""
 
     def __init__(self, keylog: KeyLog, from_start: tuple[bool, bool]):
         self.keylog = keylog
-        self.sides = (_Direction(from_start[0]), _Direction(from_start[1]))
+        self.sides = (Direction(from_start[0]), Direction(from_start[1]))
         self.from_start = from_start
         self.client_side: int | None = None
         self.client_hello: Hello | None = None
@@ -325,15 +219,11 @@ class TlsConnection:
         direction.captured += len(data)
         if self.failure is not None:
             return []
-        if direction.buf or not direction.synced:
-            direction.buf += data
-            self._pump(side)
-        else:
-            self._pump(side, data)  # whole records are read from the bytes as they came, uncopied
+        self._deliver(side, direction.feed(self, side, data))
         other = self.sides[1 - side]
-        if other.buf and self.failure is None:
-            self._pump(1 - side)  # it may have waited for what this side told (a hello, keys)
-        if self.failure is None and sum(len(d.buf) for d in self.sides) > MAX_HELD:
+        if other.waiting_for_keys and self.failure is None:
+            self._deliver(1 - side, other.pump(self, 1 - side))  # this side may have told them (a hello)
+        if self.failure is None and len(direction.buf) + len(other.buf) > MAX_HELD:
             self._fail(f"{self._no_key()} ({MAX_HELD >> 20} MiB of records held waiting for it)")
         return self._take()
 
@@ -347,7 +237,7 @@ class TlsConnection:
         if self.waiting:
             for side in (0, 1):
                 if self.failure is None:
-                    self._pump(side)
+                    self._deliver(side, self.sides[side].pump(self, side))
         return self._take()
 
     def gap(self, side: int, size: int) -> None:
@@ -390,103 +280,47 @@ class TlsConnection:
         for direction in self.sides:
             direction.buf = bytearray()  # new buffers: the records being read may still be viewed
 
-    # -- records --------------------------------------------------------------------------------------------
+    # -- records: what the compiled loop (Direction, stream/tlsdirection.pyx) asks of the connection ------------
 
-    def _pump(self, side: int, arrived: bytes | None = None) -> None:
-        """Open this side's whole records: those buffered, or those of `arrived` when nothing was (the rest
-        of it is buffered). Records are read through a view (no copies); what comes out of one call is joined
-        into one piece of plaintext."""
-        direction = self.sides[side]
-        buf = direction.buf if arrived is None else arrived
-        if not direction.synced:
-            boundary = record_boundary(buf)
-            if boundary is None:
-                if len(buf) > 2 * (MAX_RECORD + HEADER):
-                    self._fail("no TLS record boundary found")
-                return
-            del buf[:boundary]
-            direction.synced = True
-        pos = 0
-        plain = []
-        end = len(buf)
-        with memoryview(buf) as view:
-            while end - pos >= HEADER:
-                content_type = buf[pos]
-                length = (buf[pos + 3] << 8) | buf[pos + 4]
-                if not (CHANGE_CIPHER_SPEC <= content_type <= APPLICATION_DATA and buf[pos + 1] == 3
-                        and buf[pos + 2] <= 4 and 0 < length <= MAX_RECORD):
-                    self._fail(f"not a TLS record header at stream offset {direction.captured - end + pos:,}")
-                    return
-                stop = pos + HEADER + length
-                if stop > end:
-                    break
-                if content_type == APPLICATION_DATA or (direction.encrypted and content_type != CHANGE_CIPHER_SPEC):
-                    if direction.keys is None and not self._find_keys(side, view[pos:stop]):
-                        break  # waiting for keys (or failed)
-                    opened = self._open(side, view[pos:stop])
-                    if opened is None:
-                        return
-                    content_type, content = opened
-                    if content_type == APPLICATION_DATA:
-                        plain.append(content)
-                    elif content_type == HANDSHAKE:
-                        self._handshake(side, bytes(content))
-                elif content_type == HANDSHAKE:
-                    self._handshake(side, bytes(view[pos + HEADER:stop]))
-                elif content_type == ALERT and not self.decrypting:
-                    description = buf[pos + HEADER + 1] if length >= 2 else None
-                    sender = "" if self.client_side is None else \
-                        " from the client" if side == self.client_side else " from the server"
-                    self._fail(f"the handshake ended with alert {description} "
-                               f"({ALERTS.get(description, 'unknown')}){sender}")
-                elif content_type == CHANGE_CIPHER_SPEC and self.version == TLS12:
-                    direction.encrypted = True  # TLS 1.2: this direction's next records are encrypted
-                    if not self.decrypting:
-                        self._keys_from_log()
-                if self.failure is not None:
-                    return
-                pos = stop
-        if arrived is None:
-            del buf[:pos]
-        elif pos < end:
-            direction.buf = bytearray(arrived[pos:])
-        if plain:
-            text = b"".join(plain)
-            direction.delivered += len(text)
-            self.out.append((side, text))
+    def _deliver(self, side: int, plaintext: bytes | None) -> None:
+        """Hand out the plaintext of a call, if it opened application data records (an empty piece too: a
+        Session takes the time of every piece)."""
+        if plaintext is not None:
+            self.sides[side].delivered += len(plaintext)
+            self.out.append((side, plaintext))
 
-    def _open(self, side: int, record: memoryview) -> tuple[int, bytes | memoryview] | None:
-        """Decrypt one record: (content type, content), or None after failing the connection."""
+    def _record_in_clear(self, side: int, content_type: int, content: bytes) -> None:
+        """A record that is not encrypted: the handshake until keys are in use, an alert, a ChangeCipherSpec."""
+        if content_type == HANDSHAKE:
+            self._handshake(side, content)
+        elif content_type == ALERT and not self.decrypting:
+            description = content[1] if len(content) >= 2 else None
+            sender = "" if self.client_side is None else \
+                " from the client" if side == self.client_side else " from the server"
+            self._fail(f"the handshake ended with alert {description} "
+                       f"({ALERTS.get(description, 'unknown')}){sender}")
+        elif content_type == CHANGE_CIPHER_SPEC and self.version == TLS12:
+            self.sides[side].encrypted = True  # TLS 1.2: this direction's next records are encrypted
+            if not self.decrypting:
+                self._keys_from_log()
+
+    def _find_sequence(self, side: int, record: bytes) -> bool:
+        """After bytes missing from the capture: the sequence number of this record, among those the lost
+        records may have taken. False after failing the connection."""
         direction = self.sides[side]
-        keys = direction.keys
-        if direction.seq_unknown:
-            found = self._guess_sequence(keys, record, direction.seq, direction.seq + direction.seq_unknown)
-            if found is None:
-                self._fail("after bytes missing from the capture, no record sequence number fits the keys")
-                return None
-            direction.seq, direction.seq_unknown = found, 0
-        plaintext = keys.open(direction.seq, record)
-        if plaintext is None:
-            self._fail("keys do not authenticate the records")
-            return None
-        direction.seq += 1
-        if not keys.suite.tls13:
-            return record[0], plaintext
-        # The inner plaintext: content, its type, then zero padding (rarely any).
-        at = len(plaintext) - 1
-        while at >= 0 and not plaintext[at]:
-            at -= 1
-        if at < 0:
-            self._fail("a TLS 1.3 record without a content type")
-            return None
-        return plaintext[at], memoryview(plaintext)[:at]
+        found = self._guess_sequence(direction.keys, record, direction.seq, direction.seq + direction.seq_unknown)
+        if found is None:
+            self._fail("after bytes missing from the capture, no record sequence number fits the keys")
+            return False
+        direction.seq, direction.seq_unknown = found, 0
+        return True
 
     def _guess_sequence(self, keys: RecordKeys, record, first: int, last: int) -> int | None:
         for seq in range(first, min(last, first + MAX_SEQUENCE_GUESS) + 1):
             self.guesses += 1
             if self.guesses > MAX_GUESSES:
                 return None
-            if keys.open(seq, record) is not None:
+            if keys.authenticates(seq, record):
                 return seq
         return None
 
@@ -566,12 +400,12 @@ class TlsConnection:
                 self._fail(f"the key log has no {name.upper()}_SECRET_0 for this client random")
         elif kind == KEY_UPDATE and self.version == TLS13 and direction.secret is not None:
             self._set_tls13_keys(side, hkdf_expand_label(self.suite.hash, direction.secret, b"traffic upd",
-                                                         _MAC_LEN[self.suite.hash]))
+                                                         MAC_LEN[self.suite.hash]))
 
     def _set_tls13_keys(self, side: int, secret: bytes) -> None:
         direction = self.sides[side]
         direction.secret = secret
-        direction.keys = RecordKeys.tls13(self.suite, secret)
+        direction.keys = tls13_keys(self.suite, secret)
         direction.seq = 0
 
     # -- keys -----------------------------------------------------------------------------------------------
@@ -599,27 +433,22 @@ class TlsConnection:
         self.decrypting = True
         return True
 
-    def _find_keys(self, side: int, record) -> bool:
-        """Keys for an encrypted record of this side: from the key log by the hellos, or, the handshake not
-        captured, a TLS 1.3 traffic secret that authenticates the record at some sequence number."""
+    def _find_keys(self, side: int, record: bytes) -> None:
+        """Set this side's keys for an encrypted record of it, if they can be had yet: from the key log by the
+        hellos, or, the handshake not captured, a TLS 1.3 traffic secret that authenticates the record at
+        some sequence number."""
         direction = self.sides[side]
         if direction.awaiting is not None:
             secret = self.keylog.get(self.client_hello.random, (direction.awaiting,)).get(direction.awaiting)
-            if secret is None:
-                return False
-            self._set_tls13_keys(side, secret)
-            direction.awaiting = None
-            return True
-        if self.server_hello is not None:
-            found = self._keys_from_log()
-            if found or self.failure is not None or self.sides[side].keys is not None:
-                return self.sides[side].keys is not None
-            return False
-        if self.client_hello is not None:
-            return False  # the ServerHello comes first
-        return self._guess_keys(side, bytes(record))
+            if secret is not None:
+                self._set_tls13_keys(side, secret)
+                direction.awaiting = None
+        elif self.server_hello is not None:
+            self._keys_from_log()
+        elif self.client_hello is None:  # with a ClientHello, the ServerHello comes first
+            self._guess_keys(side, record)
 
-    def _guess_keys(self, side: int, record: bytes) -> bool:
+    def _guess_keys(self, side: int, record: bytes) -> None:
         """The handshake was not captured: a TLS 1.3 traffic secret of the key log that opens this record at
         some sequence number (small numbers first: a capture usually starts early in a connection)."""
         name = "client_traffic" if side == self.client_side else "server_traffic"
@@ -630,7 +459,7 @@ class TlsConnection:
             names = (name,) if self.client_side is not None else ("client_traffic", "server_traffic")
             candidates = [(random, n, secrets[n], suite) for random, secrets in list(self.keylog.secrets.items())
                           for n in names if n in secrets for suite in _tls13_suites_for(secrets[n])]
-        keys = [(random, n, secret, RecordKeys.tls13(suite, secret)) for random, n, secret, suite in candidates]
+        keys = [(random, n, secret, tls13_keys(suite, secret)) for random, n, secret, suite in candidates]
         for first, last in _SEQUENCE_ROUNDS:
             for random, n, secret, found in keys:
                 seq = self._guess_sequence(found, record, first, last - 1)
@@ -641,14 +470,12 @@ class TlsConnection:
                     if self.client_side is None:
                         self.client_side = side if n == "client_traffic" else 1 - side
                     self.decrypting = True
-                    return True
+                    return
                 if self.guesses > MAX_GUESSES:
                     break
-        if self.keylog.follow and self.guesses <= MAX_GUESSES:
-            return False
-        self._fail(self._no_key() if not self.keylog else
-                   "the handshake was not captured and no TLS 1.3 traffic secret of the key log opens its records")
-        return False
+        if not self.keylog.follow or self.guesses > MAX_GUESSES:
+            self._fail(self._no_key() if not self.keylog else "the handshake was not captured and no TLS 1.3 "
+                       "traffic secret of the key log opens its records")
 
 
 def _tls13_suites_for(secret: bytes) -> tuple[Suite, ...]:

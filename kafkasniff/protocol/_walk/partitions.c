@@ -7,7 +7,8 @@
  *   partition_facts(program, buf, pos, end, decompress_limit) -> (root facts, [partition, ...])
  *   partition: (topic, topic id, partition index, facts, batches or None), in wire order
  *   facts:     {snake_case name: int or bool} of the struct's fixed-width fields (uuids and floats left out),
- *              and of the structs nested in it that are not array items, named by path ("current_leader.leader_id")
+ *              and of the structs nested in it that are not array items, named by path ("current_leader.leader_id");
+ *              a records field that is not empty adds its size in bytes, as "<name>_bytes" ("records_bytes")
  *   batch:     (base offset, last offset delta, record count, is control, max timestamp ms); a legacy message
  *              is (its first offset, last - first, messages, False, timestamp or -1)
  *
@@ -76,10 +77,10 @@ static PyObject *fact_key(Walker *w, Facts *f, int name) {
     return key;
 }
 
-static int add_fact(Walker *w, Facts *f, int name, PyObject *value) {
+/* Sets facts[key] = value in the current struct (both references taken; either NULL: a failure). */
+static int set_fact(Facts *f, PyObject *key, PyObject *value) {
     Frame *frame = top(f);
-    PyObject *key = value ? fact_key(w, f, name) : NULL;
-    if (key == NULL || (frame->facts == NULL && (frame->facts = PyDict_New()) == NULL)) {
+    if (key == NULL || value == NULL || (frame->facts == NULL && (frame->facts = PyDict_New()) == NULL)) {
         Py_XDECREF(key);
         Py_XDECREF(value);
         return -1;
@@ -88,6 +89,10 @@ static int add_fact(Walker *w, Facts *f, int name, PyObject *value) {
     Py_DECREF(key);
     Py_DECREF(value);
     return failed;
+}
+
+static int add_fact(Walker *w, Facts *f, int name, PyObject *value) {
+    return set_fact(f, value ? fact_key(w, f, name) : NULL, value);
 }
 
 static int keep(Facts *f, PyObject *value, PyObject **slot) {
@@ -269,7 +274,14 @@ static const RecordSink batch_sink = {b_malformed, b_partial, b_batch_begin, b_b
 
 static int p_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssize_t data_at, Py_ssize_t n) {
     Facts *f = w->state;
-    return f->depth ? records_read(w, &batch_sink, f, data_at, data_at + n, 0, 1) : 0;
+    if (!f->depth)
+        return 0;
+    PyObject *field = fact_key(w, f, name);
+    PyObject *key = field ? PyUnicode_FromFormat("%U_bytes", field) : NULL;
+    Py_XDECREF(field);
+    if (set_fact(f, key, key ? PyLong_FromSsize_t(n) : NULL) < 0)
+        return -1;
+    return records_read(w, &batch_sink, f, data_at, data_at + n, 0, 1);
 }
 
 const Builder partitions_builder = {p_fixed, p_text, p_array_begin, p_array_null, p_array_end,

@@ -1,0 +1,90 @@
+"""The analyses of a whole run (consumer groups, lag, partition traffic) on Spark: the `groups` and
+`partitions` tables, equal to what `kafkasniff groups --json` and `lag --json` say of the same captures.
+
+The analyses need every message of the run in capture order, across connections: a generation is made of
+the heartbeats of all its members' connections; a fetch counts towards the group whose latest generation,
+at that moment, gives the partition to that client; a commit is measured against the log end that every
+producer's and consumer's connection has shown so far; topic ids are named by whichever connection's
+Metadata came first. Cut the run by group or by partition and each part would need the others' state at
+every moment. So they run once, in one task, over the whole run's messages, while the decoding, which is
+where the work is, stays spread over the tasks:
+
+- each decode task makes, of each message, what the analyses read of it (analyses.wire.Seen: bodies of the
+  group APIs, partition facts without records, a few hundred bytes), keyed by the capture position of
+  the segment that completed it (time, file, index, and a sequence number for messages ending in the same
+  segment; messages only the connection's end releases come after every segment, in connection order),
+  and stages them sorted by that key (`StagedSeen`, which holds a task's until the task ends);
+- one task of the finishing job merges the staged files in key order, one batch of each at a time
+  (memory bounded by the number of decode tasks, not the run), feeds one Insight, and writes both tables.
+
+The key is the order `decode` sees a single capture in, and the order the pipeline's shuffle gives the
+segments of several inputs (time, then file, then index); connections are told apart by their connection
+id, where `decode` tells them apart by object.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import pickle
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafkasniff.analyses.insight import Insight
+from kafkasniff.analyses.wire import Asked, Seen
+from kafkasniff.pipeline.tables import GROUPS, PARTITIONS
+from kafkasniff.pipeline.writing import output_fs, write_rows
+
+STAGED_NAME = "seen"  # the staged files' folder, and their name among the run's facts
+_SCHEMA = pa.schema([("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()), ("seq", pa.int64()),
+                     ("seen", pa.binary())])
+_BATCH_ROWS = 4096
+AT_THE_END = math.inf  # the time key of messages released by a connection's end
+
+
+class StagedSeen:
+    """A decode task's Seen messages with their keys, staged as one Parquet file sorted by key."""
+
+    def __init__(self, out: str, staging: str, task: str) -> None:
+        self._out = out
+        self._path = f"{output_fs(out)[1]}/{staging}/{STAGED_NAME}/{task}.parquet"
+        self._rows: list[tuple] = []
+
+    def add(self, ts: float, file: int, index: int, seen: Seen) -> None:
+        # Pickled (the run's own tasks write and read these files, as Spark pickles what its Python workers pass)
+        # as plain tuples: named ones would be pickled through a Python call each.
+        request = seen.request
+        plain = (seen.ts, seen.connection, tuple(seen.client), *seen[3:-1], None if request is None else tuple(request))
+        self._rows.append((ts, file, index, len(self._rows), pickle.dumps(plain, pickle.HIGHEST_PROTOCOL)))
+
+    def close(self) -> tuple[str, int] | None:
+        """(staged file, rows), None when there was nothing to stage."""
+        if not self._rows:
+            return None
+        self._rows.sort()
+        filesystem, _ = output_fs(self._out)
+        filesystem.create_dir(self._path.rsplit("/", 1)[0])
+        columns = [pa.array(column, field.type) for column, field in zip(zip(*self._rows), _SCHEMA)]
+        pq.write_table(pa.table(columns, schema=_SCHEMA), self._path, filesystem=filesystem,
+                       row_group_size=_BATCH_ROWS)
+        return self._path, len(self._rows)
+
+
+def _staged_rows(filesystem, path: str):
+    """A staged file's (ts, file, index, seq, seen) rows in order, a batch at a time."""
+    with filesystem.open_input_file(path) as f:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=_BATCH_ROWS):
+            yield from zip(*(column.to_pylist() for column in batch.columns))
+
+
+def analyse(staged: list[str], out: str) -> dict[str, int]:
+    """The staged Seen files of the run through one Insight, in capture order; writes the groups and
+    partitions tables and returns the rows written to each."""
+    filesystem, _ = output_fs(out)
+    insight = Insight(samples=False)
+    for *_, staged_seen in heapq.merge(*(_staged_rows(filesystem, path) for path in staged)):
+        seen = Seen(*pickle.loads(staged_seen))
+        insight.take(seen if seen.request is None else seen._replace(request=Asked(*seen.request)))
+    return {GROUPS.name: write_rows(GROUPS, insight.group_rows(), out),
+            PARTITIONS.name: write_rows(PARTITIONS, insight.partition_rows(), out)}
