@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from kafkasniff.capture.files import open_capture
 from kafkasniff.capture.packets import FIN, RST
 from kafkasniff.cli import main
-from kafkasniff.commands import decode, sniff
+from kafkasniff.commands import decode
 from kafkasniff.engine.parallel import WorkerFailed, sniff_parallel
 from kafkasniff.render.output import RENDERED_BY_PARENT, Output, OutputOptions
 from kafkasniff.stream.session import MessageEvent
@@ -121,12 +121,6 @@ def test_workers_hand_big_messages_to_the_parent_to_render():
             handed += line is ev
             rendered += type(line) is bytes
     assert (handed, rendered) == (2, 203)  # a 1 MiB Produce request, its 1 MiB Fetch response
-
-
-@pytest.mark.parametrize("cores, view, expected", [(2, "line", 3), (2, "json", 1), (1, "line", 1), (8, "line", 4)])
-def test_default_workers_of_sniff(monkeypatch, cores, view, expected):
-    monkeypatch.setattr(sniff, "usable_cores", lambda: cores)
-    assert sniff.default_jobs(OutputOptions(view=view)) == expected
 
 
 def message_identities(lines: list[str]) -> list[tuple]:

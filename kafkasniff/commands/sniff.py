@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kafkasniff.commands.decode import MAX_AUTO_JOBS, make_options, open_keylog, output_options, tls_keylog_option
+from kafkasniff.commands.decode import make_options, open_keylog, output_options, tls_keylog_option
 from kafkasniff.commands.heap import collect_rarely
-from kafkasniff.engine.parallel import sniff_parallel, usable_cores
+from kafkasniff.engine.parallel import sniff_parallel
 from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
@@ -40,10 +40,10 @@ TOP_REFRESH_S = 1.0
               "API, client id and topic, rebalances, consumer lag; refreshed every second.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics while capturing.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1),
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes decoding the one-line view or --json (not with --stats, -c, --top or "
-                   "--metrics-port) while this process captures and reassembles TCP (default: the one-line view "
-                   "one per core and one more, at most 4; --json 1).")
+                   "--metrics-port) while this process captures and reassembles TCP: more small packets per "
+                   "second when other processes keep the cores busy, fewer big ones.")
 @tls_keylog_option
 @output_options
 def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, count, duration, buffer_mib,
@@ -91,24 +91,14 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
             fail(f"cannot serve metrics on port {metrics_port}: {error.strerror}; choose another --metrics-port")
     with capture:
         # Clients append to their key logs as they connect: the files are read again while keys are missing.
-        options = make_options(**view)
-        session = LiveSession(capture, options, ports, pcap_file, count, live, open_keylog(tls_keylogs, follow=True),
-                              jobs or default_jobs(options))
+        session = LiveSession(capture, make_options(**view), ports, pcap_file, count, live,
+                              open_keylog(tls_keylogs, follow=True), jobs)
         deadline = time.monotonic() + duration if duration else None
         if top:
             session.run_with_dashboard(deadline)
         else:
             session.run(deadline)
     click.echo(session.summary(), err=True)
-
-
-def default_jobs(options) -> int:
-    """Measured with bench/sniff_throughput.py on 2 busy cores (bench/README.md): on 3 workers the one-line view
-    keeps up with twice the packet rate (the workers take the sessions and lines while this process reads and
-    reassembles). --json gained nothing that stood out from the machine's noise: this process renders the
-    messages with many records itself (RENDERED_BY_PARENT), and they are most of the work."""
-    cores = usable_cores()
-    return min(cores + 1, MAX_AUTO_JOBS) if options.view == "line" and cores > 1 else 1
 
 
 class LiveSession:

@@ -141,5 +141,10 @@ def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> tu
 
 
 cpdef Py_ssize_t rendered_size(line):
-    """Bytes of what Output.render gave: a line, or an event handed on whole (its payload)."""
-    return len(<bytes>line) if type(line) is bytes else len((<MessageEvent>line).payload)
+    """Bytes of what Output.render gave: a line, an event handed on whole (its payload), or nothing
+    (Output.LEARN_ONLY: only mentions)."""
+    if type(line) is bytes:
+        return len(<bytes>line)
+    if type(line) is MessageEvent:
+        return len((<MessageEvent>line).payload)
+    return 0
