@@ -118,8 +118,8 @@ def partitions(s: Seen | Asked | None, names: TopicNames) -> tuple[dict, list[Pa
     if s is None:
         return {}, []
     by_id = names.by_id
-    return s.root, [Partition(topic if topic is not None else by_id.get(topic_id, topic_id), partition, facts,
-                              batches)
+    return s.root, [_new(Partition, (topic if topic is not None else by_id.get(topic_id, topic_id), partition,
+                                     facts, batches))
                     for topic, topic_id, partition, facts, batches in s.partitions]
 
 

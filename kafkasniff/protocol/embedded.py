@@ -4,8 +4,10 @@ Group members exchange opaque bytes whose meaning depends on the group's protoco
 `consumer` they are a ConsumerProtocolSubscription (JoinGroup metadata) or ConsumerProtocolAssignment
 (SyncGroup assignment): an int16 version followed by that schema at that version. Older JoinGroup and
 SyncGroup versions do not say the protocol type; there the bytes are read as the consumer schema only if
-it consumes them exactly (the walker decides, json.c and fields.c). SaslAuthenticate's AuthBytes hold a
-SASL token (sasl.py reads it).
+it consumes them exactly. Where the type is `consumer`, bytes left over after the schema are a newer
+version's fields, but bytes the schema cannot read (cut short, a count too big) are shown as bytes, not as
+a partial struct (the walker decides: json.c, fields.c, text.c). SaslAuthenticate's AuthBytes hold a SASL
+token (sasl.py reads it).
 """
 
 from __future__ import annotations

@@ -939,7 +939,7 @@ static int f_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t s
     }
     int exact = !inner.failed && stop == data_at + n;
     int failed = 0;
-    if (exact || w->protocol_type == PT_CONSUMER) {
+    if (exact || (!inner.failed && w->protocol_type == PT_CONSUMER)) {
         PyObject *children = Py_BuildValue("[N]", make(constants[S_VERSION], kind_names[K_INT16], data_at, 2,
                                                        PyLong_FromLong(version), NULL, NULL));
         PyObject *schema = PyTuple_GET_ITEM(program->names, program->root_type);

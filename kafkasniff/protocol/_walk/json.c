@@ -440,7 +440,9 @@ static int auth_json(Walker *w, Json *j, int name, const uint8_t *p, Py_ssize_t 
 }
 
 /* The consumer protocol inside JoinGroup and SyncGroup bytes: an int16 version, then that schema. Shown as
- * an object when the schema reads the bytes exactly, or when the message says its protocol is "consumer". */
+ * an object when the schema reads the bytes exactly, or when the message says its protocol is "consumer" and
+ * the schema reads them without a fault (bytes left over: a newer version's fields). Bytes the schema cannot
+ * read are shown as they are: a partial object would hide where they went wrong. */
 static int consumer_json(Walker *w, Json *j, int name, int role, Py_ssize_t data_at, Py_ssize_t n) {
     if (w->protocol_type == PT_OTHER || n < 2)
         return 0;
@@ -465,7 +467,7 @@ static int consumer_json(Walker *w, Json *j, int name, int role, Py_ssize_t data
     if (inner.failed == 2)
         return -1;
     int exact = !inner.failed && stop == data_at + n;
-    if (exact || w->protocol_type == PT_CONSUMER)
+    if (exact || (!inner.failed && w->protocol_type == PT_CONSUMER))
         return 1;
     j->out.len = saved_len; /* not this schema after all: the bytes as they are */
     j->depth = saved_depth;

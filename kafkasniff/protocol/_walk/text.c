@@ -731,7 +731,7 @@ static int consumer_fields(Walker *w, Text *t, int name, int role, Py_ssize_t da
     if (inner.failed == 2)
         return -1;
     t->depth = saved_depth;
-    if ((!inner.failed && stop == data_at + n) || w->protocol_type == PT_CONSUMER)
+    if (!inner.failed && (stop == data_at + n || w->protocol_type == PT_CONSUMER))
         return 1;
     t->n_nodes = saved_nodes; /* not this schema after all */
     t->arena.len = saved_arena;
