@@ -465,6 +465,29 @@ def test_a_full_ring_drops_and_the_kernel_counter_says_how_many():
     assert all(sent[e.offset:e.offset + len(e.data)] == e.data for e in delivered)
 
 
+def test_a_sniffer_told_twice_to_stop_says_how_many_packets_it_left_unread(tmp_path):
+    """Stopped (SIGSTOP) while a connection's bursts fill several blocks of the ring, then asked to stop twice
+    (SIGINT, SIGTERM: a second request ends the capture at once): what the kernel received but the sniffer never
+    read is counted in its summary, not lost silently."""
+    port = free_port()
+    sniffer = Sniffer(["-i", "lo", "--port", str(port)], tmp_path / "out.txt").wait_ready()
+    sniffer.process.send_signal(signal.SIGSTOP)
+    try:
+        bursts = [(from_client, bytes(200)) for from_client in (True, False) * 4]
+        converse(port, bursts, before={i: lambda: time.sleep(2.5 * live.RING_BLOCK_TIMEOUT_MS / 1000)
+                                       for i in range(len(bursts))})  # a block handed over after each
+        sniffer.process.send_signal(signal.SIGINT)
+        sniffer.process.send_signal(signal.SIGTERM)
+    finally:
+        sniffer.process.send_signal(signal.SIGCONT)
+    assert sniffer.finish(None) == 0
+    summary = re.fullmatch(SUMMARY.pattern.rstrip("$") + r"; (\d+) received but not read before the capture ended",
+                           sniffer.stderr[-1])
+    assert summary, sniffer.stderr
+    captured, _, received, drops, unread = (int(n) for n in summary.groups())
+    assert drops == 0 and unread > 0 and captured + unread == received
+
+
 def test_stop_from_a_signal_handler_wakes_a_blocked_read(monkeypatch):
     monkeypatch.setattr(live, "IDLE_WAKEUP_S", 60.0)  # a read that is not woken waits a minute
     with LiveCapture("lo", f"tcp port {free_port()}") as capture:

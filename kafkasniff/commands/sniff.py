@@ -217,6 +217,9 @@ class LiveSession:
                 f"kernel: {stats.packets} packets received by filter, {stats.drops} dropped")
         if stats.drops:
             text += " (raise the buffer with -B MiB, or narrow the capture with --port/--filter)"
+        unread = stats.packets - stats.drops - self.frames
+        if unread > 0:  # the kernel had not handed over their block when reading stopped
+            text += f"; {unread} received but not read before the capture ended"
         return text
 
 
