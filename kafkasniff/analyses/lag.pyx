@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Consumer lag from the wire, per (group or client id, topic, partition).
 
 - Fetch position: each consumer Fetch request says from which offset it reads each partition; its response
@@ -157,8 +158,13 @@ class LagTracker:
         return found
 
     def _fetch(self, s: Seen) -> None:
-        # Once per Fetch response (most of a consumer's traffic, in --top and --metrics-port too): the partitions'
-        # tuples read as they are (wire.partitions' named tuples cost more than the rest), names looked up inline.
+        # Once per Fetch response (most of a consumer's traffic, in --top and --metrics-port too): compiled, the
+        # partitions' tuples read as they are (wire.partitions' named tuples cost more than the rest), names looked
+        # up inline.
+        cdef dict by_id = self.topic_names.by_id
+        cdef dict facts, session, traffics, positions
+        cdef long long replica
+        cdef bint read_committed
         by_id = self.topic_names.by_id
         request_root = s.request.root
         replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
