@@ -53,7 +53,7 @@ static void frame_clear(Frame *frame) {
 }
 
 /* The snake_case name of a field, from its JSON key '"name":' (program.py's keys). */
-static PyObject *snake_name(Walker *w, Facts *f, int name) {
+static PyObject *snake_name(Walker *w, int name) {
     PyObject *key = PyTuple_GET_ITEM(w->prog->keys, name);
     PyObject *found = PyDict_GetItemWithError(snake_names, key);
     if (found != NULL)
@@ -73,7 +73,7 @@ static PyObject *snake_name(Walker *w, Facts *f, int name) {
 
 /* The key of a fact in its owner's dict: the field's name after the struct's path. */
 static PyObject *fact_key(Walker *w, Facts *f, int name) {
-    PyObject *snake = snake_name(w, f, name);
+    PyObject *snake = snake_name(w, name);
     if (snake == NULL || top(f)->prefix == NULL)
         return snake;
     PyObject *key = PyUnicode_Concat(top(f)->prefix, snake);
@@ -159,7 +159,7 @@ static int p_struct_begin(Walker *w, int name, Py_ssize_t index, int type, Py_ss
         frame->topic = up->topic;
         frame->topic_id = up->topic_id;
         if (!frame->element) { /* a struct field: its facts go to its owner under its path */
-            PyObject *snake = snake_name(w, f, name);
+            PyObject *snake = snake_name(w, name);
             if (snake == NULL)
                 return -1;
             frame->prefix = up->prefix ? PyUnicode_FromFormat("%U%U.", up->prefix, snake)
