@@ -462,6 +462,25 @@ def test_reset_with_nothing_missing_ends_the_connection_at_once():
                                ("end", BOTH, END_RST), ("late", A_TO_B, 2, 2)]
 
 
+def test_an_endpoint_connected_to_itself_is_one_stream_that_ends_and_can_open_again():
+    """TCP lets a socket connect to its own address and port (found by the fuzz campaign: a reset of such a
+    connection ended in a KeyError and a traceback). Both ways are one key: its bytes make one stream."""
+    itself = ("127.0.0.1", 5000)
+
+    def self_seg(seq, data=b"", flags=ACK, ts=0.0):
+        return TcpSegment(ts, *itself, *itself, seq, 0, flags, data, 0)
+
+    reassembler = TcpReassembler()
+    segments = [self_seg(0, b"ab"), self_seg(2, b"cd"), self_seg(4, flags=RST, ts=1.0), self_seg(6, b"xy", ts=2.0),
+                self_seg(1000, flags=SYN, ts=3.0), self_seg(1001, b"new", ts=3.0)]
+    events = [e for s in segments for e in reassembler.feed(s)] + reassembler.flush()
+    assert summary(events) == [("open", 0, None), ("data", A_TO_B, 0, b"ab"), ("data", A_TO_B, 2, b"cd"),
+                               ("end", BOTH, END_RST), ("late", A_TO_B, 6, 2),
+                               ("open", 1, itself), ("data", A_TO_B, 0, b"new"),
+                               ("end", BOTH, END_CAPTURE)]
+    assert reassembler.open_connections == 0
+
+
 def test_closed_connections_leave_the_table_and_late_segments_open_nothing():
     reassembler = TcpReassembler(closed_linger=30.0)
     handshake = [

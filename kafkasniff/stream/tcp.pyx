@@ -316,8 +316,9 @@ cdef class TcpReassembler:
         reverse = (key[2], key[3], key[0], key[1])
         keys = (key, reverse) if a == sender else (reverse, key)
         state = _ConnectionState(conn, keys)
-        self._table[keys[0]] = (state, A_TO_B)
+        # An endpoint connected to itself (TCP allows it) has one key for both ways: its packets are all A_TO_B.
         self._table[keys[1]] = (state, B_TO_A)
+        self._table[keys[0]] = (state, A_TO_B)
         self._closed.pop(key, None)
         self._closed.pop(reverse, None)
         events.append(tuple.__new__(ConnectionOpened, (conn, client, seg.ts)))
@@ -479,6 +480,8 @@ cdef class TcpReassembler:
         self._waiting.pop(state, None)
         for direction in range(2):
             key, half = state.keys[direction], state.half(direction)
+            if direction == B_TO_A and key == state.keys[A_TO_B]:
+                break  # an endpoint connected to itself: its one key is gone already
             del self._table[key]
             self._closed[key] = (now, conn, direction, half.base, half.next)
             self._closed_order.append((now, key))
