@@ -18,26 +18,42 @@ import pyarrow as pa
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
 
+# A segment row: its connection's key, where it is in the run (time, file, index in the file), which way it goes
+# (`forward`: from the key's first endpoint to its second; the endpoints are the key's, not repeated in every row,
+# which would cost the shuffle and both conversions two strings a segment) and the TCP fields after the ports.
 SEGMENT_SCHEMA = pa.schema([
-    ("key", pa.string()), ("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()),
-    ("src", pa.string()), ("sport", pa.int32()), ("dst", pa.string()), ("dport", pa.int32()),
+    ("key", pa.string()), ("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()), ("forward", pa.bool_()),
     ("seq", pa.int64()), ("ack", pa.int64()), ("flags", pa.int32()), ("payload", pa.binary()),
     ("missing", pa.int64()),
 ])
-SEGMENT_DDL = ("key string, ts double, file int, index bigint, src string, sport int, dst string, dport int, "
-               "seq bigint, ack bigint, flags int, payload binary, missing bigint")
+SEGMENT_DDL = ("key string, ts double, file int, index bigint, forward boolean, seq bigint, ack bigint, flags int, "
+               "payload binary, missing bigint")
+_SEGMENT_STRUCT = pa.struct(SEGMENT_SCHEMA)
 # A batch is cut at this many segments or payload bytes, whichever comes first: big enough to make the
 # Arrow conversion cheap per segment, small enough to keep a worker's memory flat.
 BATCH_SEGMENTS = 16384
 BATCH_BYTES = 8 << 20
+# Connection keys remembered by a read task: a file of countless 4-tuples (a port scan) must not fill memory
+KEYS_KEPT = 1 << 16
 
 ReadReport = Callable[[dict], None]  # receives {"files", "bytes", "frames", "segments", "warnings"}
 
 
 def connection_key(seg: TcpSegment) -> str:
     """The same key for both directions of a connection."""
-    a, b = f"{seg.src} {seg.sport}", f"{seg.dst} {seg.dport}"
-    return f"{a} {b}" if (seg.src, seg.sport) <= (seg.dst, seg.dport) else f"{b} {a}"
+    return _key_and_direction(seg.src, seg.sport, seg.dst, seg.dport)[0]
+
+
+def _key_and_direction(src: str, sport: int, dst: str, dport: int) -> tuple[str, bool]:
+    """(the connection's key, whether src is the key's first endpoint)."""
+    a, b = f"{src} {sport}", f"{dst} {dport}"
+    return (f"{a} {b}", True) if (src, sport) <= (dst, dport) else (f"{b} {a}", False)
+
+
+def key_endpoints(key: str) -> tuple[tuple[str, int], tuple[str, int]]:
+    """The key's first and second endpoints, (ip, port) each."""
+    first_ip, first_port, second_ip, second_port = key.split(" ")
+    return (first_ip, int(first_port)), (second_ip, int(second_port))
 
 
 def read_local(path: str, name: str, file_number: int, report: ReadReport) -> Iterator[pa.RecordBatch]:
@@ -66,21 +82,26 @@ def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport
 def _segment_batches(reader: CaptureReader, file_number: int):
     """Arrow batches of the reader's segments; returns how many segments there were."""
     rows: list[tuple] = []
+    keys: dict[tuple, tuple[str, bool]] = {}  # each connection's key, made once for its 4-tuple's packets
     size = count = 0
-    for seg in reader.segments():
-        rows.append((connection_key(seg), count, *seg))
+    for ts, src, sport, dst, dport, seq, ack, flags, payload, missing in reader.segments():
+        ends = (src, sport, dst, dport)
+        found = keys.get(ends)
+        if found is None:
+            if len(keys) >= KEYS_KEPT:
+                keys.clear()
+            found = keys[ends] = _key_and_direction(*ends)
+        rows.append((found[0], ts, file_number, count, found[1], seq, ack, flags, payload, missing))
         count += 1
-        size += len(seg.payload)
+        size += len(payload)
         if len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES:
-            yield _batch(rows, file_number)
+            yield _batch(rows)
             rows, size = [], 0
     if rows:
-        yield _batch(rows, file_number)
+        yield _batch(rows)
     return count
 
 
-def _batch(rows: list[tuple], file_number: int) -> pa.RecordBatch:
-    key, index, ts, src, sport, dst, dport, seq, ack, flags, payload, missing = zip(*rows)
-    columns = (key, ts, [file_number] * len(rows), index, src, sport, dst, dport, seq, ack, flags, payload, missing)
-    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, SEGMENT_SCHEMA)],
-                                      schema=SEGMENT_SCHEMA)
+def _batch(rows: list[tuple]) -> pa.RecordBatch:
+    # rows as a struct array: pyarrow converts the tuples in one pass, where a list per column costs a zip first
+    return pa.RecordBatch.from_struct_array(pa.array(rows, _SEGMENT_STRUCT))
