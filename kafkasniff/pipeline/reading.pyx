@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Capture files to TCP segments as Arrow batches (runs on Spark workers), with the project's reader.
 
 Each segment row carries its connection's key (both endpoints, the same for either direction),
@@ -5,9 +6,9 @@ its capture time, the number of its file in the run and its index in that file. 
 hashes the key to pick a partition and sorts by (key, time, file, index): the decoder of a
 connection sees its packets in the order of one capture merged from all inputs, so rotated
 files (`tcpdump -C/-G`) and overlapping inputs read as the capture they were cut from.
-"""
 
-from __future__ import annotations
+The loop over a file's segments is compiled: in Python it cost twice what reading the packets did.
+"""
 
 import os
 import tempfile
@@ -17,6 +18,7 @@ import pyarrow as pa
 
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
+from kafkasniff.engine.heap import collecting_rarely
 
 # A segment row: its connection's key, where it is in the run (time, file, index in the file), which way it goes
 # (`forward`: from the key's first endpoint to its second; the endpoints are the key's, not repeated in every row,
@@ -62,7 +64,9 @@ def read_local(path: str, name: str, file_number: int, report: ReadReport) -> It
     except CaptureError as error:
         report({"warnings": [f"skipped {name}: {str(error).removeprefix(path + ': ')}"]})
         return
-    with reader:
+    # a batch's rows are thousands of tuples that live until it is sent: the collector's default passes over them
+    # cost more than the loop making them
+    with reader, collecting_rarely():
         segments = yield from _segment_batches(reader, file_number)
         report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read, "segments": segments,
                 "warnings": [w.replace(path, name, 1) for w in reader.warnings]})
@@ -79,24 +83,28 @@ def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport
         os.unlink(path)
 
 
-def _segment_batches(reader: CaptureReader, file_number: int):
+def _segment_batches(reader: CaptureReader, int file_number):
     """Arrow batches of the reader's segments; returns how many segments there were."""
-    rows: list[tuple] = []
-    keys: dict[tuple, tuple[str, bool]] = {}  # each connection's key, made once for its 4-tuple's packets
-    size = count = 0
-    for ts, src, sport, dst, dport, seq, ack, flags, payload, missing in reader.segments():
-        ends = (src, sport, dst, dport)
-        found = keys.get(ends)
-        if found is None:
-            if len(keys) >= KEYS_KEPT:
-                keys.clear()
-            found = keys[ends] = _key_and_direction(*ends)
-        rows.append((found[0], ts, file_number, count, found[1], seq, ack, flags, payload, missing))
-        count += 1
-        size += len(payload)
-        if len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES:
-            yield _batch(rows)
-            rows, size = [], 0
+    cdef list rows = []
+    cdef dict keys = {}  # each connection's (key, forward), made once for its 4-tuple's packets
+    cdef long long size = 0, count = 0
+    cdef tuple seg, found
+    for segments in reader.segment_batches():
+        for item in <list>segments:
+            seg = <tuple>item  # a TcpSegment: (ts, src, sport, dst, dport, seq, ack, flags, payload, missing)
+            ends = seg[1:5]
+            found = keys.get(ends)
+            if found is None:
+                if len(keys) >= KEYS_KEPT:
+                    keys.clear()
+                found = keys[ends] = _key_and_direction(*ends)
+            payload = seg[8]
+            rows.append((found[0], seg[0], file_number, count, found[1], seg[5], seg[6], seg[7], payload, seg[9]))
+            count += 1
+            size += len(<bytes>payload)
+            if len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES:
+                yield _batch(rows)
+                rows, size = [], 0
     if rows:
         yield _batch(rows)
     return count
