@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
+import crc32c
 import pytest
 from click.testing import CliRunner
 
@@ -15,6 +17,7 @@ import pcapkit
 from capture_manifest import CAPTURES_DIR
 from kafkasniff.cli import main
 from kafkasniff.protocol.encoder import encode_request
+from kafkasniff.protocol.records_encoder import Record, encode_record_batch
 from kafkasniff.render.hexinput import parse_hex_blocks
 from loopback import connection_frames
 
@@ -119,3 +122,25 @@ def test_a_request_whose_header_says_the_api_asked_for_is_that_request():
     got, _ = explain("--api-key", "8", "--api-version", "0", OFFSET_COMMIT_V0.hex())
     assert (got["kind"], got["api_name"], got["malformed"], got["suggestion"]) == (
         "request", "OffsetCommit", None, None)
+
+
+def test_a_malformed_item_of_records_is_explained_as_its_offset_and_reason():
+    """explain --json of a Produce whose record batch holds a record cut short: the malformed item's value is
+    where and why, as decode --json gives it (it was a Python object json could not write: a traceback)."""
+    batch = bytearray(encode_record_batch([Record(b"key", b"value")]))
+    batch[61] = 0x7E  # the record claims 63 bytes; 14 follow
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    frame = encode_request(0, 9, 6, "c", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "t", "PartitionData": [{"Index": 0, "Records": bytes(batch)}]}]})
+    document, _ = explain(frame.hex())
+    bad_record_at = frame.index(bytes(batch)) + 61
+
+    def malformed(node: dict) -> list[dict]:
+        found = [node] if node["type"] == "Malformed" else []
+        return found + [m for child in node.get("children") or () for m in malformed(child)]
+
+    [item] = [m for field in document["fields"] for m in malformed(field)]
+    reason = "record length 63 does not fit the 14 bytes left"
+    assert (item["offset"], item["value"]) == (bad_record_at, {"offset": bad_record_at, "reason": reason})
+    assert [row["value"] for row in document["rows"] if row["type"] == "Malformed"] == \
+        [f"offset {bad_record_at}: {reason}"]

@@ -165,6 +165,13 @@ def combine(variants_by_snapshot: list[dict]) -> list[dict]:
     return result
 
 
+def _has_role(fields: list[dict], structs: dict, role: str) -> bool:
+    """Whether a field among these (or the fields of their structs, common structs too) has the role."""
+    return any(f.get("role") == role or _has_role(f.get("fields") or structs.get(f["type"].removeprefix("[]"), []),
+                                                   structs, role)
+               for f in fields)
+
+
 def build_table(schemas: Path) -> dict:
     by_name: dict[str, list[dict]] = {}
     for snapshot in SNAPSHOTS:
@@ -183,6 +190,10 @@ def build_table(schemas: Path) -> dict:
             headers[name] = combine(docs)
         else:
             data[name] = combine(docs)
+    for api in apis.values():
+        if any(_has_role(variant["fields"], variant.get("structs", {}), "records")
+               for kind in ("request", "response") for variant in api.get(kind, ())):
+            api["carries_records"] = True  # Produce, Fetch, ...: the views count and decode records for these
     return {
         "sources": list(SNAPSHOTS),
         "apis": [apis[k] for k in sorted(apis)],

@@ -9,6 +9,12 @@ from collections import Counter
 PERCENTILES = (50, 95, 99)
 
 
+_RATIO = 1.01
+_FLOOR_MS = 0.001
+_LOG_RATIO = math.log(_RATIO)
+_log = math.log
+
+
 class LatencyHistogram:
     """Latencies in buckets 1% wide on a log scale, from 1 µs up; below 1 µs, one bucket.
 
@@ -18,9 +24,8 @@ class LatencyHistogram:
     Buckets are kept only when used: 2,085 span 1 µs to 1,000 s.
     """
 
-    RATIO = 1.01
-    FLOOR_MS = 0.001
-    _LOG_RATIO = math.log(RATIO)
+    RATIO = _RATIO
+    FLOOR_MS = _FLOOR_MS
 
     def __init__(self) -> None:
         self.buckets: Counter[int] = Counter()
@@ -31,17 +36,18 @@ class LatencyHistogram:
 
     def add(self, ms: float, times: int = 1) -> None:
         """One latency, or `times` equal ones (records of a batch)."""
-        ms = max(ms, 0.0)  # capture clocks can step back; a negative latency means "no time"
+        # Once per response in --stats, --top and --metrics-port: comparisons and the bucket's arithmetic inline.
+        if ms < 0.0:
+            ms = 0.0  # capture clocks can step back; a negative latency means "no time"
         self.count += times
         self.total += ms * times
-        self.min = min(self.min, ms)
-        self.max = max(self.max, ms)
-        self.buckets[self._bucket(ms)] += times
-
-    def _bucket(self, ms: float) -> int:
-        if ms < self.FLOOR_MS:
-            return -1
-        return int(math.log(ms / self.FLOOR_MS) / self._LOG_RATIO)
+        if ms < self.min:
+            self.min = ms
+        if ms > self.max:
+            self.max = ms
+        bucket = int(_log(ms / _FLOOR_MS) / _LOG_RATIO) if ms >= _FLOOR_MS else -1
+        buckets = self.buckets
+        buckets[bucket] = buckets.get(bucket, 0) + times
 
     def _middle(self, bucket: int) -> float:
         if bucket < 0:

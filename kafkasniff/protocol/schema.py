@@ -96,12 +96,6 @@ def is_flexible(variant: Variant, version: int) -> bool:
     return in_range(version, variant.flexible)
 
 
-def _has_role(fields: list[dict], structs: dict, role: str) -> bool:
-    return any(f.get("role") == role or _has_role(f.get("fields") or structs.get(f["type"].removeprefix("[]"), []),
-                                                   structs, role)
-               for f in fields)
-
-
 def carries_records(api_key: int) -> bool:
     """Whether the API's requests or responses hold record batches (Produce, Fetch, ShareFetch)."""
     return api_key in record_apis()
@@ -109,7 +103,5 @@ def carries_records(api_key: int) -> bool:
 
 @cache
 def record_apis() -> frozenset[int]:
-    """Keys of the APIs whose requests or responses hold record batches."""
-    return frozenset(key for key, api in apis().items()
-                     if any(_has_role(v["fields"], v.get("structs", {}), "records")
-                            for kind in ("request", "response") for v in api[kind]))
+    """Keys of the APIs whose requests or responses hold record batches (a fact of the generated table)."""
+    return frozenset(key for key, api in apis().items() if api.get("carries_records"))

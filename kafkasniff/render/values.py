@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 
 from kafkasniff.protocol._walk import readable
 from kafkasniff.protocol.errors import error_name
-from kafkasniff.protocol.fields import Field
+from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.messages import Message
 
 DEFAULT_MAX_VALUE = 64
@@ -81,7 +81,7 @@ def show_value(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str:
         text = repr(v if limit is None or len(v) <= limit else v[:limit] + "…")
     elif isinstance(v, bool):
         text = "true" if v else "false"
-    elif isinstance(v, dict):
+    elif isinstance(v, dict) or type(v) is Malformed:  # (a malformed item's note says where and why)
         text = ""
     else:
         text = str(v)
@@ -153,6 +153,8 @@ def json_bytes(raw: bytes | None):
 
 
 def json_value(v):
+    if type(v) is Malformed:  # the value of a malformed item of records
+        return v.to_json()
     if isinstance(v, (bytes, bytearray)):
         return json_bytes(bytes(v))
     if isinstance(v, dict):

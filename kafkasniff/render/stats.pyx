@@ -1,3 +1,4 @@
+# cython: language_level=3
 """`--stats`: counts, bytes, latencies and errors per API, topic and client id; consumer lag and
 produce-to-fetch latency (kafkasniff.analyses).
 
@@ -21,11 +22,16 @@ from kafkasniff.protocol.schema import apis
 from kafkasniff.render.insight import lag_tables, latency_table
 from kafkasniff.render.tables import print_tables
 from kafkasniff.render.values import error_names
-from kafkasniff.stream.session import MessageEvent, NoticeEvent, SaslTokenEvent
+from kafkasniff.protocol.messages cimport Message
+from kafkasniff.stream.session cimport MessageEvent
+from kafkasniff.stream.session import NoticeEvent, SaslTokenEvent
 
-class ApiStats:
-    __slots__ = ("api_key", "api_name", "requests", "responses", "request_bytes", "response_bytes",
-                 "latency", "errors", "malformed")
+# Compiled: every message of --stats, --top and --metrics-port is counted here (the counters are C fields).
+
+
+cdef class ApiStats:
+    cdef public object api_key, api_name, latency, errors
+    cdef public long long requests, responses, request_bytes, response_bytes, malformed
 
     def __init__(self, api_key: int | None, api_name: str | None):
         self.api_key = api_key
@@ -41,20 +47,15 @@ class ApiStats:
                 "errors": dict(sorted(self.errors.items())), "malformed": self.malformed}
 
 
-class TopicStats:
-    __slots__ = ("messages", "bytes", "records_produced", "records_fetched")
-
-    def __init__(self) -> None:
-        self.messages = self.bytes = self.records_produced = self.records_fetched = 0
+cdef class TopicStats:
+    cdef public long long messages, bytes, records_produced, records_fetched
 
 
-class ClientStats:
-    __slots__ = ("requests", "bytes", "errors")
-
-    def __init__(self) -> None:
-        self.requests = self.bytes = self.errors = 0
+cdef class ClientStats:
+    cdef public long long requests, bytes, errors
 
 
+_NO_TOPICS: dict = {}
 # Where the bytes of the TCP streams went: shown as messages or SASL tokens, or reported by notices of
 # these kinds; "missing" bytes were never captured.
 BYTE_KINDS = ("messages", "sasl_tokens", "skipped", "tls", "not-kafka", "missing")
@@ -74,26 +75,30 @@ class Stats:
     def observe(self, ev, topics: dict[str, list] | None = None) -> None:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
         kind = type(ev)
-        if kind is SaslTokenEvent:
+        if kind is MessageEvent:
+            self.bytes["messages"] += FRAME_PREFIX + ev.message.size
+            self._message(ev, topics or _NO_TOPICS)
+            self.insight.observe(ev)
+        elif kind is SaslTokenEvent:
             self.sasl_tokens += 1
             self.bytes["sasl_tokens"] += FRAME_PREFIX + len(ev.token)
         elif kind is NoticeEvent:
             self.notices[ev.kind] += 1
             self.bytes[ev.kind] += ev.size
-        elif kind is MessageEvent:
-            self.bytes["messages"] += FRAME_PREFIX + ev.message.size
-            self._message(ev, topics or {})
-            self.insight.observe(ev)
 
     def byte_totals(self) -> dict[str, int]:
         """Bytes captured, and where they went (every kind, zeros too)."""
         totals = {kind.replace("-", "_"): self.bytes[kind] for kind in BYTE_KINDS}
         return {"captured": sum(self.bytes.values()) - self.bytes["missing"], **totals}
 
-    def _message(self, ev: MessageEvent, topics: dict[str, list]) -> None:
-        # Runs for every message of --stats, --top and --metrics-port: plain attribute reads and dict lookups,
-        # and no call where there is nothing to count (most messages have no errors, no topics).
-        m = ev.message
+    def _message(self, MessageEvent ev, dict topics) -> None:
+        # No call where there is nothing to count (most messages have no errors, no topics).
+        cdef Message m = ev.message
+        cdef ApiStats api
+        cdef ClientStats client
+        cdef TopicStats topic
+        cdef long long size
+        cdef bint request
         api = self.apis.get(m.api_key)
         if api is None:
             # API keys Kafka does not define (damaged or made-up bytes) share the row of messages with no API: a
@@ -102,7 +107,7 @@ class Stats:
             api = self.apis.get(key)
             if api is None:
                 api = self.apis[key] = ApiStats(key, m.api_name if key is not None else None)
-        size = m.size
+        size = m.end - m.offset
         request = m.kind == "request"
         if request:
             api.requests += 1

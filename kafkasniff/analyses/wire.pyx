@@ -1,3 +1,4 @@
+# cython: language_level=3
 """What the analyses read of a message (`Seen`): the bodies of the group and offset APIs as plain values (they
 are small and rare), the per-partition numbers of Produce, Fetch and ListOffsets without their records
 (messages.partition_facts: batch headers only, so a Fetch response of thousands of records costs no more than a
@@ -14,9 +15,10 @@ from typing import NamedTuple
 
 import orjson
 
+from kafkasniff.protocol.messages cimport Message
 from kafkasniff.protocol.messages import json_body, partition_facts
 from kafkasniff.protocol.topics import TopicNames
-from kafkasniff.stream.session import MessageEvent
+from kafkasniff.stream.session cimport MessageEvent
 
 PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 8, 9
 HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = 12, 11, 13, 14
@@ -67,20 +69,24 @@ class Seen(NamedTuple):
     request: Asked | None     # a response's request, when captured (and the analyses read the API)
 
 
-def seen(ev: MessageEvent, connection=None) -> Seen | None:
-    """What the analyses read of the message; None when they read nothing of it. `connection`: the
+def seen(MessageEvent ev, connection=None):
+    """What the analyses read of the message (a Seen); None when they read nothing of it. `connection`: the
     connection's identity (default: ev.conn)."""
-    m = ev.message
-    mentions = m.mentions
-    pairs = [(topic_id, name) for name, topic_id, _, _ in mentions
-             if name is not None and topic_id is not None] if mentions else _NONE
-    read = m.api_key in (ANALYSED_APIS if m.kind == "response" else REQUESTS_READ_ALONE)
+    # Compiled: it runs for every message of --stats, --top, --metrics-port, lag and the Spark decode tasks, and
+    # reads the event's and message's C fields directly.
+    cdef Message m = ev.message
+    cdef MessageEvent request = ev.request
+    cdef list mentions = m.mentions
+    cdef object pairs = _NONE
+    cdef bint is_response = m.kind == "response"
+    if mentions:
+        pairs = [(topic_id, name) for name, topic_id, _, _ in mentions if name is not None and topic_id is not None]
+    api_key = m.api_key
+    cdef bint read = api_key in (ANALYSED_APIS if is_response else REQUESTS_READ_ALONE)
     if not read and not pairs:
         return None
-    api_key = m.api_key
     body, root, found = _read(ev) if read else _NOTHING_READ
-    request = ev.request
-    if m.kind == "request":
+    if not is_response:
         client_id, asked = m.client_id, None
     elif request is None:
         client_id, asked = None, None
@@ -100,9 +106,9 @@ _NO_FACTS: dict = {}
 _NOTHING_READ = (None, _NO_FACTS, _NONE)
 
 
-def _read(ev: MessageEvent) -> tuple[dict | None, dict, list]:
+cdef tuple _read(MessageEvent ev):
     """(body, root facts, partitions) of what the analyses read of the message; nothing when it is malformed."""
-    m = ev.message
+    cdef Message m = ev.message
     if m.malformed is None:
         if m.api_key in BODY_APIS:
             text = json_body(m, ev.payload)

@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Consumer lag from the wire, per (group or client id, topic, partition).
 
 - Fetch position: each consumer Fetch request says from which offset it reads each partition; its response
@@ -157,48 +158,59 @@ class LagTracker:
         return found
 
     def _fetch(self, s: Seen) -> None:
-        names = self.topic_names
-        request_root, asked = partitions(s.request, names)
-        _, answered = partitions(s, names)
+        # Once per Fetch response (most of a consumer's traffic, in --top and --metrics-port too): compiled, the
+        # partitions' tuples read as they are (wire.partitions' named tuples cost more than the rest), names looked
+        # up inline.
+        cdef dict by_id = self.topic_names.by_id
+        cdef dict facts, session, traffics, positions
+        cdef long long replica
+        cdef bint read_committed
+        by_id = self.topic_names.by_id
+        request_root = s.request.root
         replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
         session = self._session(s.connection, request_root)
-        for p in asked:
-            session[p.topic, p.partition] = p.facts.get("fetch_offset")
+        for topic, topic_id, partition, facts, _ in s.request.partitions:
+            session[topic if topic is not None else by_id.get(topic_id, topic_id), partition] = \
+                facts.get("fetch_offset")
         read_committed = request_root.get("isolation_level") == READ_COMMITTED
         client = s.client_id
         host_ip = s.client[0]
-        for p in answered:
-            facts = p.facts
+        ts = s.ts
+        traffics, positions = self.traffic, self.positions
+        for topic, topic_id, partition, facts, batches in s.partitions:
             if facts.get("error_code"):
                 continue
+            if topic is None:
+                topic = by_id.get(topic_id, topic_id)
+            key = (topic, partition)
             high_watermark = facts.get("high_watermark", -1)
             if high_watermark >= 0:
-                self.end_offset(p.topic, p.partition, high_watermark, s.ts)
+                self.end_offset(topic, partition, high_watermark, ts)
             last_stable = facts.get("last_stable_offset", -1)
             if replica < 0:
-                traffic = self.traffic.get((p.topic, p.partition)) or self._traffic(p.topic, p.partition)
+                traffic = traffics.get(key) or self._traffic(topic, partition)
                 traffic.fetch_responses += 1
                 traffic.fetched_bytes += facts.get("records_bytes", 0)
-                if p.batches:
-                    for batch in p.batches:
+                if batches:
+                    for batch in batches:
                         if not batch[3]:  # (control records are transaction markers, not data)
                             traffic.fetched_records += batch[2]
                 if high_watermark >= 0:
                     traffic.high_watermark, traffic.last_stable_offset = high_watermark, last_stable
-                    traffic.high_watermark_at = s.ts
-            fetch_offset = session.get((p.topic, p.partition))
+                    traffic.high_watermark_at = ts
+            fetch_offset = session.get(key)
             if replica >= 0 or fetch_offset is None or high_watermark < 0:
                 continue
             end = last_stable if read_committed and last_stable >= 0 else high_watermark
-            group = self.groups.owner(p.topic, p.partition, client, host_ip)
-            key = (group, None if group is not None else client, p.topic, p.partition)
-            position = self.positions.get(key)
+            group = self.groups.owner(topic, partition, client, host_ip)
+            position_key = (group, None if group is not None else client, topic, partition)
+            position = positions.get(position_key)
             if position is None:
-                position = self.positions[key] = Position(group, client, p.topic, p.partition, self.samples)
+                position = positions[position_key] = Position(group, client, topic, partition, self.samples)
             position.client_id = client
-            position.add((s.ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
-            if p.batches:
-                self.latency.fetch(position.consumer, p.topic, p.partition, p.batches, s.ts)
+            position.add((ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
+            if batches:
+                self.latency.fetch(position.consumer, topic, partition, batches, ts)
 
     def _session(self, connection, request_root: dict) -> dict:
         """The fetch offsets a connection last asked, per partition; a fetch that is not incremental (session
