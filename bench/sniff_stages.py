@@ -35,7 +35,7 @@ def capture_stage(stage: str, ports: list[int]) -> None:
     """The sniffer's loop up to `stage`, until SIGINT; then one line of numbers on stdout."""
     from kafkasniff.capture.live import LiveCapture, port_filter
     from kafkasniff.commands.decode import make_options
-    from kafkasniff.commands.heap import collect_rarely
+    from kafkasniff.engine.heap import collect_rarely
     from kafkasniff.render.output import Output
     from kafkasniff.stream.analyzer import Analyzer
 

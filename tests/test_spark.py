@@ -35,7 +35,7 @@ pytest.importorskip("pyspark")
 from kafkasniff.pipeline.build import build_tables  # noqa: E402
 from kafkasniff.pipeline.inputs import expand_local  # noqa: E402
 from kafkasniff.pipeline.sparkenv import start_session  # noqa: E402
-from kafkasniff.pipeline.tables import DECODED_TABLES, GROUPS, PARTITIONS, TABLES  # noqa: E402
+from kafkasniff.pipeline.tables import DECODED_TABLES, GROUPS, MESSAGES, PARTITIONS, TABLES  # noqa: E402
 
 CAPTURES = sorted((Path(__file__).resolve().parents[1] / "captures").glob("*.pcap"))
 SPLIT_CAPTURE = "confluent_codecs.pcap"  # several connections and a 1 MiB Produce over many segments
@@ -491,6 +491,20 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
                           str(len(tables["records"]))]
     groups, _ = assert_analysed_tables_equal_the_commands(out, [str(whole)])
     assert {row["group_id"] for row in groups} == {"kafkasniff-group"}
+
+
+def test_ipv6_connections_give_decodes_messages(spark, tmp_path):
+    """A segment's endpoints travel in its connection's key only (with which way it goes): IPv6 addresses
+    and ports come back whole, each message from its sender."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from pcapkit import Packet, as_ipv6, read_packets, write_pcap
+
+    source = next(p for p in CAPTURES if p.name == "consumer_group.pcap")
+    ipv6 = write_pcap(tmp_path / "ipv6.pcap", [Packet(ts, as_ipv6(frame)) for ts, frame in read_packets(source)])
+    build_tables(spark, expand_local([str(ipv6)])[0], str(tmp_path / "tables"))
+    rows = read_table(spark, tmp_path / "tables", MESSAGES)
+    assert {r["src"].rsplit(":", 1)[0] for r in rows} == {"[fd00::7f00:1]"}
+    assert_messages_agree(decode_json(ipv6), rows)
 
 
 def test_a_capture_without_packets_gives_empty_tables(spark, tmp_path):

@@ -11,7 +11,7 @@ import click
 
 from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
-from kafkasniff.commands.heap import collect_rarely
+from kafkasniff.engine.heap import collect_rarely
 from kafkasniff.engine.parallel import decode_parallel, usable_cores
 from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone

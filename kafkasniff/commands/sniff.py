@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kafkasniff.commands.decode import make_options, open_keylog, output_options, tls_keylog_option
-from kafkasniff.commands.heap import collect_rarely
+from kafkasniff.engine.heap import collect_rarely
 from kafkasniff.engine.parallel import sniff_parallel
 from kafkasniff.render.output import Output, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer

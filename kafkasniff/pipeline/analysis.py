@@ -41,6 +41,8 @@ _SCHEMA = pa.schema([("ts", pa.float64()), ("file", pa.int32()), ("index", pa.in
                      ("seen", pa.binary())])
 _BATCH_ROWS = 4096
 AT_THE_END = math.inf  # the time key of messages released by a connection's end
+# Seen and Asked made from their staged values as tuples are, without the named tuples' Python constructors
+_new = tuple.__new__
 
 
 class StagedSeen:
@@ -84,7 +86,8 @@ def analyse(staged: list[str], out: str) -> dict[str, int]:
     filesystem, _ = output_fs(out)
     insight = Insight(samples=False)
     for *_, staged_seen in heapq.merge(*(_staged_rows(filesystem, path) for path in staged)):
-        seen = Seen(*pickle.loads(staged_seen))
-        insight.take(seen if seen.request is None else seen._replace(request=Asked(*seen.request)))
+        plain = pickle.loads(staged_seen)
+        request = plain[-1]
+        insight.take(_new(Seen, plain if request is None else (*plain[:-1], _new(Asked, request))))
     return {GROUPS.name: write_rows(GROUPS, insight.group_rows(), out),
             PARTITIONS.name: write_rows(PARTITIONS, insight.partition_rows(), out)}

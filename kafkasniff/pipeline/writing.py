@@ -58,8 +58,9 @@ class StagedTables:
                 if writer is None:
                     self._fs.create_dir(self._paths[name].rsplit("/", 1)[0])
                     writer = self._writers[name] = pq.ParquetWriter(self._paths[name], schema, filesystem=self._fs)
-                columns = [pa.array(column, field.type) for column, field in zip(zip(*rows), schema)]
-                writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+                # rows as a struct array: pyarrow converts the tuples in one pass, where a list per column
+                # costs a zip first (a third of the time the rows took to make)
+                writer.write_batch(pa.RecordBatch.from_struct_array(pa.array(rows, pa.struct(schema))))
                 self.written[name] += len(rows)
                 rows.clear()
 

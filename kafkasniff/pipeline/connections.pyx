@@ -1,0 +1,314 @@
+# cython: language_level=3
+"""Decode a Spark partition of TCP segments into table rows (runs on Spark workers).
+
+The partition's segments come sorted by (connection key, time, file, index in the file), as
+Arrow batches (see `reading`); every run of one key (one TCP 4-tuple, both directions) goes
+through its own TcpReassembler and Analyzer, the code behind `decode`, which sees the
+packets as it would in one capture merged from all the inputs. One 4-tuple can hold several
+connections one after another (a port reused with a new SYN, or reused after a close); each
+gets its own row. A packet found, identical and at the same time, in several inputs (inputs
+that overlap) is fed once.
+
+The one difference from decoding a whole file in one process: capture time only advances
+with this 4-tuple's packets, so a hole in the stream is given up on at this connection's
+next packet (or its end) rather than at any later packet of the capture. A retransmission
+arriving more than the reassembler's max_wait after the hole can still fill it here.
+
+Compiled: every segment of the run and every message passes through these loops, and in Python
+they (a TcpSegment made per row, per-segment counts, a row per message) cost three times what
+decoding the bytes did.
+"""
+
+import hashlib
+
+import pyarrow as pa
+
+from kafkasniff.analyses.wire import seen
+from kafkasniff.capture.packets import TcpSegment
+from kafkasniff.engine.heap import collecting_rarely
+from kafkasniff.pipeline.analysis import AT_THE_END, STAGED_NAME, StagedSeen
+from kafkasniff.pipeline.reading import key_endpoints
+from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
+from kafkasniff.pipeline.writing import StagedTables
+from kafkasniff.render.output import Output, OutputOptions
+from kafkasniff.stream import tcp
+from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.keylog import KeyLog
+from kafkasniff.stream.session import endpoint_text
+
+from kafkasniff.pipeline.rows cimport message_row, micros, record_rows
+from kafkasniff.protocol.messages cimport Message
+from kafkasniff.stream.session cimport KafkaConnection, MessageEvent
+
+_CONNECTION_NAMES = CONNECTIONS.raw_names
+# What a decode task tells the job, one row per connection, topic id learned and staged file: the rest of
+# what it decoded is in the staged files.
+RUN_FACTS_DDL = ("connection_id string, first_seen bigint, first_file int, first_index bigint, topic_id string, "
+                 "topic_name string, table_name string, staged string, rows bigint")
+RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_seen", pa.int64()), ("first_file", pa.int32()),
+                              ("first_index", pa.int64()), ("topic_id", pa.string()), ("topic_name", pa.string()),
+                              ("table_name", pa.string()), ("staged", pa.string()), ("rows", pa.int64())])
+
+# Segments and TCP events are named tuples, made and read here as tuples: a named tuple's constructor and its
+# attributes are Python calls.
+cdef object _new = tuple.__new__
+cdef object _StreamData = tcp.StreamData, _ConnectionOpened = tcp.ConnectionOpened, _Gap = tcp.Gap
+cdef object _StreamEnd = tcp.StreamEnd
+cdef int _BOTH = tcp.BOTH
+
+
+def connection_id(a: tcp.Endpoint, b: tcp.Endpoint, first_seen: float) -> str:
+    low, high = sorted((endpoint_text(a), endpoint_text(b)))
+    return hashlib.blake2b(f"{low} {high} {micros(first_seen)}".encode(), digest_size=8).hexdigest()
+
+
+cdef class _Tally:
+    """What the connections table says about one TCP connection."""
+
+    cdef readonly str id
+    cdef object conn
+    cdef double first_seen, last_seen
+    cdef bint handshake
+    cdef long long packets, gaps, gap_bytes, requests, responses
+    cdef long long bytes[2]  # by TCP direction: A_TO_B, B_TO_A
+    cdef object end_reason
+    cdef list file_spans  # [file number, first ts, last ts] in feed order
+    cdef object client
+    cdef dict client_ids
+    cdef object tls  # {"version", "cipher"} of a TLS connection, once its handshake is seen
+    cdef tuple first_packet  # (file number, index in the file)
+    # The texts of a Kafka connection's client and server (endpoint_text), made once for its messages' rows
+    cdef KafkaConnection named
+    cdef str client_text, server_text
+
+    def __init__(self, opened, tuple first_packet):
+        conn, client_guess, ts = <tuple>opened  # a ConnectionOpened
+        self.conn = conn
+        self.id = connection_id(conn[1], conn[2], ts)
+        self.first_seen = self.last_seen = ts
+        self.handshake = client_guess is not None
+        self.bytes[0] = self.bytes[1] = 0
+        self.end_reason = tcp.END_CAPTURE
+        self.file_spans = []
+        self.client_ids = {}
+        self.first_packet = first_packet
+
+    cdef void count_packet(self, double ts, int file):
+        self.packets += 1
+        if ts > self.last_seen:
+            self.last_seen = ts
+        cdef list spans = self.file_spans
+        cdef list last
+        if spans:
+            last = spans[len(spans) - 1]
+            if last[0] == file:
+                if ts > last[2]:
+                    last[2] = ts
+                return
+        spans.append([file, ts, ts])
+
+    cdef list files_between(self, double first_ts, double last_ts):
+        cdef list spans = self.file_spans
+        if len(spans) == 1:
+            return [spans[0][0]]
+        files = [file for file, lo, hi in spans if lo <= last_ts and hi >= first_ts]
+        return list(dict.fromkeys(files)) if files else [spans[len(spans) - 1][0]]
+
+    cdef tuple sender_and_receiver(self, MessageEvent ev):
+        """The message's src and dst as endpoint_text gives them."""
+        cdef KafkaConnection conn = ev.conn
+        if conn is not self.named:
+            self.named, self.client_text, self.server_text = conn, endpoint_text(conn.client), endpoint_text(conn.server)
+        if ev.direction == "c2s":
+            return self.client_text, self.server_text
+        return self.server_text, self.client_text
+
+    def row(self, file_names: list) -> dict:
+        a, b = self.conn[1], self.conn[2]
+        client_is_a = self.client is None or self.client == a
+        client, server = (a, b) if client_is_a else (b, a)
+        to_server, to_client = (self.bytes[0], self.bytes[1]) if client_is_a else (self.bytes[1], self.bytes[0])
+        protocol = "kafka" if self.requests else "tls" if self.tls is not None else "unknown"
+        return {"connection_id": self.id, "client": endpoint_text(client), "server": endpoint_text(server),
+                "first_seen": micros(self.first_seen), "last_seen": micros(self.last_seen),
+                "protocol": protocol, "tls_version": self.tls and self.tls["version"],
+                "tls_cipher": self.tls and self.tls["cipher"], "handshake": self.handshake,
+                "client_ids": list(self.client_ids), "requests": self.requests, "responses": self.responses,
+                "packets": self.packets, "bytes_to_server": to_server, "bytes_to_client": to_client,
+                "gaps": self.gaps, "gap_bytes": self.gap_bytes, "end_reason": self.end_reason,
+                "capture_files": [file_names[f] for f in dict.fromkeys(f for f, _, _ in self.file_spans)],
+                "first_file": self.first_packet[0], "first_index": self.first_packet[1]}
+
+
+cdef class ConnectionDecoder:
+    """The packets of one 4-tuple, in capture order, to rows: TCP reassembly and Kafka decoding as in
+    `decode`, with a _Tally per connection for the connections table, and what the analyses read of each
+    message (`seen`) keyed by where in the capture it ended (see pipeline.analysis)."""
+
+    cdef object reassembler, analyzer
+    cdef dict tallies
+    cdef _Tally current  # the 4-tuple's latest connection
+    cdef object topic_resolver
+    cdef list file_names, facts, messages, records
+    cdef object out, staged_seen
+
+    def __init__(self, port_hints: frozenset, topic_resolver: Output, file_names: list, out: StagedTables,
+                 facts: list, staged_seen: StagedSeen, keylog: KeyLog = None):
+        self.reassembler = tcp.TcpReassembler()
+        self.analyzer = Analyzer(port_hints, reassembler=self.reassembler, keylog=keylog)
+        self.tallies = {}
+        self.topic_resolver = topic_resolver
+        self.file_names = file_names
+        self.out = out
+        self.messages, self.records = out.rows[MESSAGES.name], out.rows[RECORDS.name]
+        self.facts = facts
+        self.staged_seen = staged_seen
+
+    cdef void feed(self, seg, int file, long long index) except *:
+        reassembler = self.reassembler
+        late = reassembler.late_segments
+        cdef list events = reassembler.feed(seg)
+        if events:
+            self._observe(events, (file, index))
+        if self.current is not None and reassembler.late_segments == late:
+            self.current.count_packet((<tuple>seg)[0], file)
+        if events:
+            self._rows(self.analyzer.handle(events), ((<tuple>seg)[0], file, index))
+
+    cdef void finish(self) except *:
+        cdef list events = self.reassembler.flush()
+        self._observe(events, None)
+        self._rows(self.analyzer.handle(events), None)
+        rows = self.out.rows[CONNECTIONS.name]
+        for tally in self.tallies.values():
+            row = tally.row(self.file_names)
+            rows.append(tuple([row[n] for n in _CONNECTION_NAMES]))
+            self.facts.append((row["connection_id"], row["first_seen"], row["first_file"], row["first_index"],
+                               None, None, None, None, None))
+
+    cdef void _observe(self, list events, tuple position) except *:
+        """Fill the tallies from TCP events; `position` is that of the segment they came from."""
+        cdef tuple ev
+        cdef _Tally tally
+        for event in events:
+            kind = type(event)
+            ev = <tuple>event
+            if kind is _StreamData:  # (conn, direction, offset, data, ts)
+                tally = self.tallies[ev[0][0]]
+                tally.bytes[<int>ev[1]] += len(<bytes>ev[3])
+            elif kind is _ConnectionOpened:
+                self.current = self.tallies[ev[0][0]] = _Tally(ev, position)
+            elif kind is _Gap:  # (conn, direction, offset, size, ts)
+                tally = self.tallies[ev[0][0]]
+                tally.gaps += 1
+                tally.gap_bytes += ev[3]
+            elif kind is _StreamEnd and ev[1] == _BOTH:  # (conn, direction, reason, ts)
+                tally = self.tallies[ev[0][0]]
+                tally.end_reason = ev[2]
+
+    cdef void _rows(self, list events, tuple position) except *:
+        """Rows of the events handed over by the segment at `position` (time, file, index); None: by the
+        connection's end."""
+        cdef MessageEvent ev
+        cdef Message m
+        cdef _Tally tally
+        for event in events:
+            conn = event.conn
+            if conn is not None and conn.tls is not None:
+                (<_Tally>self.tallies[conn.stream]).tls = conn.tls
+            if type(event) is not MessageEvent:
+                continue  # notices; SASL tokens are not Kafka messages
+            ev = <MessageEvent>event
+            tally = self.tallies[ev.conn.stream]
+            tally.client = ev.conn.client
+            m = ev.message
+            if m.kind == "request":
+                tally.requests += 1
+                if m.client_id is not None:
+                    tally.client_ids[m.client_id] = None
+                client_id = m.client_id
+            else:
+                tally.responses += 1
+                client_id = ev.request.message.client_id if ev.request is not None else None
+            found = record_rows(ev, tally.id, client_id)
+            files = [self.file_names[f] for f in tally.files_between(ev.first_ts, ev.ts)]
+            topics = list(self.topic_resolver.event_topics(ev))
+            src, dst = tally.sender_and_receiver(ev)
+            self.messages.append(message_row(ev, tally.id, files, src, dst, client_id, topics,
+                                             len(found) if found is not None else None))
+            if found:
+                self.records += found
+            read = seen(ev, tally.id)
+            if read is not None:
+                if position is None:
+                    self.staged_seen.add(AT_THE_END, tally.first_packet[0], tally.first_packet[1], read)
+                else:
+                    self.staged_seen.add(position[0], position[1], position[2], read)
+
+
+cdef bint _copied(list same_time, seg, int file):
+    """Whether the segment is a copy of one an earlier file holds: (segment, file) pairs of the connection's
+    segments at its time come sorted by file, and the first file's copy is the one fed."""
+    for earlier, earlier_file in same_time:
+        if earlier == seg:
+            return earlier_file != file
+    return False
+
+
+def decode_partition(batches, list file_names, port_hints: frozenset, str out, str staging, str task,
+                     bytes keylog_text=b""):
+    """A Spark partition of segment batches sorted by (key, ts, file, index): rows of every table staged
+    under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned.
+    keylog_text: the TLS key log lines the driver read, parsed once per partition."""
+    staged = StagedTables(out, staging, task)
+    staged_seen = StagedSeen(out, staging, task)
+    keylog = KeyLog()
+    keylog.add_text(keylog_text)
+    cdef list facts = []
+    # decode's own topic lookup; the ids it learns are pooled over the run by the job
+    topic_resolver = Output(OutputOptions(view="json"))
+    cdef ConnectionDecoder decoder = None
+    cdef str key, current_key = None
+    cdef tuple first, second, src, dst
+    cdef list same_time = []  # the connection's (segment, file) pairs at the time of the last one
+    cdef double ts, last_ts = 0.0
+    cdef int file
+    cdef Py_ssize_t i
+    cdef list keys, times, files, indexes, forward, seqs, acks, flags, payloads, missing
+    with collecting_rarely():
+        for batch in batches:
+            keys, times, files, indexes, forward, seqs, acks, flags, payloads, missing = \
+                [column.to_pylist() for column in batch.columns]
+            for i in range(len(keys)):
+                key, ts, file = keys[i], times[i], files[i]
+                if key != current_key:
+                    if decoder is not None:
+                        decoder.finish()
+                    decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, staged_seen,
+                                                keylog)
+                    current_key = key
+                    first, second = key_endpoints(key)
+                    same_time = []
+                src, dst = (first, second) if forward[i] else (second, first)
+                seg = _new(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], seqs[i], acks[i], flags[i], payloads[i],
+                                        missing[i]))
+                if not same_time or ts != last_ts:
+                    last_ts = ts
+                    same_time = [(seg, file)]
+                else:
+                    # the same packet in several inputs: the first file's copy only
+                    if file != same_time[0][1] and _copied(same_time, seg, file):
+                        continue
+                    same_time.append((seg, file))
+                decoder.feed(seg, file, indexes[i])
+            staged.flush()
+        if decoder is not None:
+            decoder.finish()
+    facts += ((None, None, None, None, topic_id, name, None, None, None)
+              for topic_id, name in topic_resolver.topic_names.by_id.items())
+    facts += ((None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
+    seen_file = staged_seen.close()
+    if seen_file is not None:
+        facts.append((None, None, None, None, None, None, STAGED_NAME, *seen_file))
+    if facts:
+        yield pa.RecordBatch.from_struct_array(pa.array(facts, pa.struct(RUN_FACTS_SCHEMA)))

@@ -1,0 +1,9 @@
+"""The rows' C-level interface, for the decode loop (connections.pyx) to call without Python lookups."""
+
+from kafkasniff.stream.session cimport MessageEvent
+
+
+cpdef long long micros(double ts)
+cpdef tuple message_row(MessageEvent ev, str connection_id, list files, str src, str dst, str client_id,
+                        list topics, record_count)
+cpdef list record_rows(MessageEvent ev, str connection_id, str client_id)
