@@ -88,15 +88,15 @@ SNIFF_JOBS: int | None = None  # --jobs
 
 def view_args(view: str) -> list[str]:
     """The sniff options of a view: `top` is the --top dashboard, `metrics` the one-line view with
-    --metrics-port (on a free port) and its counters."""
+    --metrics-port (on a free port) and its counters, `metrics-quiet` the counters alone (-q)."""
     if view == "json":
         return ["--json"]
     if view == "top":
         return ["--top"]
-    if view == "metrics":
+    if view in ("metrics", "metrics-quiet"):
         from broker import free_port
 
-        return ["--metrics-port", str(free_port())]
+        return ["--metrics-port", str(free_port())] + (["-q"] if view == "metrics-quiet" else [])
     return []
 
 
@@ -477,7 +477,7 @@ def producer_main(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("captures", type=Path, nargs="*", help="replay mode: captures to replay")
-    parser.add_argument("--view", nargs="+", choices=("json", "line", "top", "metrics"), default=None,
+    parser.add_argument("--view", nargs="+", choices=("json", "line", "top", "metrics", "metrics-quiet"), default=None,
                         help="json decodes every record; line decodes headers only; top is the --top "
                              "dashboard; metrics the one-line view serving --metrics-port "
                              "(replay default: both; producer default: json)")

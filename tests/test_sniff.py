@@ -365,13 +365,16 @@ def scrape(port: int) -> dict[tuple, float]:
 
 def test_metrics_port_serves_what_the_sniffer_decodes_and_top_shows_it(broker, unique_name, tmp_path):
     """A consumer group reads what a producer sent, with `sniff --metrics-port` (one-line view on standard
-    output) and `sniff --top` watching: the scrape counts the messages the one-line view showed, the lag
-    and generation of the group, and the dashboard's last screen shows the same traffic."""
+    output), `sniff -q --metrics-port` (no messages written) and `sniff --top` watching: the scrapes count the
+    messages the one-line view showed, the lag and generation of the group, and the dashboard's last screen shows
+    the same traffic."""
     topic, group = unique_name(), unique_name("metrics-group")
     broker.create_topic(topic, partitions=1)
-    port = free_port()
+    port, quiet_port = free_port(), free_port()
     lines = tmp_path / "lines.txt"
     metered = Sniffer(["-i", "lo", "--port", str(broker.port), "--metrics-port", str(port)], lines).wait_ready()
+    quiet = Sniffer(["-i", "lo", "--port", str(broker.port), "--metrics-port", str(quiet_port), "-q"],
+                    tmp_path / "quiet.txt").wait_ready()
     top = Sniffer(["-i", "lo", "--port", str(broker.port), "--top"], tmp_path / "top.txt").wait_ready()
     produce_kafka_python(broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(5)])
     session = group_session_kafka_python(broker.bootstrap, topic, group, 5)
@@ -380,6 +383,9 @@ def test_metrics_port_serves_what_the_sniffer_decodes_and_top_shows_it(broker, u
                                 for words in map(str.split, lines.read_text().splitlines())))
     time.sleep(0.5)  # the client's last requests after leaving
     metrics = scrape(port)
+    quiet_metrics = scrape(quiet_port)
+    counted = [key for key in metrics if key[0] in ("kafkasniff_requests_total", "kafkasniff_topic_records_total")]
+    assert counted and {key: quiet_metrics[key] for key in counted} == {key: metrics[key] for key in counted}
     shown = [line.split() for line in lines.read_text().splitlines()]
     for api in ("Produce", "Fetch", "JoinGroup", "OffsetCommit"):
         requests = sum(1 for words in shown if words[5] == api and words[7] == "request")
@@ -393,8 +399,10 @@ def test_metrics_port_serves_what_the_sniffer_decodes_and_top_shows_it(broker, u
     assert metrics["kafkasniff_consumer_lag", (("consumer", group), ("partition", "0"), ("topic", topic))] == 0
     assert metrics["kafkasniff_committed_lag", (("group", group), ("partition", "0"), ("topic", topic))] == 0
     assert metrics["kafkasniff_end_to_end_latency_seconds_count", (("topic", topic),)] == 5
-    assert metered.finish() == 0 and top.finish() == 0
-    assert metered.summary()[3] == top.summary()[3] == 0
+    assert metered.finish() == 0 and top.finish() == 0 and quiet.finish() == 0
+    assert metered.summary()[3] == top.summary()[3] == quiet.summary()[3] == 0
+    assert metered.summary()[1] == quiet.summary()[1]  # Kafka messages decoded, whether written or not
+    assert (tmp_path / "quiet.txt").read_text() == ""
     screen = (tmp_path / "top.txt").read_text()
     assert "kafkasniff --top:" in screen and "rebalances" in screen
     assert [group, "│", topic, "│", "0", "│", "0"] in [line.split()[:7] for line in screen.splitlines()]

@@ -40,6 +40,8 @@ TOP_REFRESH_S = 1.0
               "API, client id and topic, rebalances, consumer lag; refreshed every second.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
               help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics while capturing.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Write no messages: with --metrics-port, -w or -c, serve, save or count only.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes decoding the one-line view or --json (not with --stats, -c, --top or "
                    "--metrics-port) while this process captures and reassembles TCP: more small packets per "
@@ -47,7 +49,7 @@ TOP_REFRESH_S = 1.0
 @tls_keylog_option
 @output_options
 def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, count, duration, buffer_mib,
-                  top, metrics_port, jobs, ports, tls_keylogs, **view) -> None:
+                  top, metrics_port, quiet, jobs, ports, tls_keylogs, **view) -> None:
     """Decode Kafka requests and responses live from a network interface.
 
     Captures `tcp port 9092` unless told otherwise with --port (repeatable),
@@ -66,6 +68,8 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
         fail("--any-port and --filter exclude each other: put the ports in the --filter expression")
     if not (ports or any_port or bpf_filter):
         ports = (DEFAULT_PORT,)
+    if quiet and view["stats"]:
+        fail("--stats counts the messages it shows: leave out -q (with the one-line view it prints its tables only)")
     if top and (view["tree"] or view["hex_"] or view["as_json"]):
         fail("--top shows a dashboard, not messages: leave out -V, --hex and --json")
     expression = bpf_filter or port_filter(() if any_port else ports)
@@ -92,7 +96,7 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
     with capture:
         # Clients append to their key logs as they connect: the files are read again while keys are missing.
         session = LiveSession(capture, make_options(**view), ports, pcap_file, count, live,
-                              open_keylog(tls_keylogs, follow=True), jobs)
+                              open_keylog(tls_keylogs, follow=True), jobs, quiet)
         deadline = time.monotonic() + duration if duration else None
         if top:
             session.run_with_dashboard(deadline)
@@ -107,7 +111,7 @@ class LiveSession:
     here (-c counts shown messages, --top and --metrics-port watch every event)."""
 
     def __init__(self, capture: LiveCapture, options, ports, pcap_file, count: int | None, live=None, keylog=None,
-                 jobs: int = 1):
+                 jobs: int = 1, quiet: bool = False):
         self.capture = capture
         self.live = live            # LiveStats for --top and --metrics-port: sees every event
         self.refresh = None         # --top: called about every TOP_REFRESH_S with the frames so far
@@ -115,7 +119,9 @@ class LiveSession:
         self.output = Output(options)
         self.make_analyzer = lambda: Analyzer(ports, keylog=keylog)  # workers make theirs after the fork
         self.analyzer = self.make_analyzer()
-        self.jobs = jobs if jobs > 1 and self.output.renders_apart and count is None and live is None else 1
+        self.quiet = quiet          # -q: no messages written (nothing to render, so no workers either)
+        self.jobs = jobs if jobs > 1 and self.output.renders_apart and count is None and live is None and not quiet \
+            else 1
         self.pcap_file = pcap_file
         if pcap_file:
             capture.write_pcap(pcap_file)
@@ -198,7 +204,7 @@ class LiveSession:
     def _show(self, events: list) -> None:
         count = self.count
         live = self.live
-        shows_messages = self.refresh is None  # --top: the dashboard in place of the messages
+        shows_messages = self.refresh is None and not self.quiet  # --top: the dashboard in place of the messages
         for ev in events:
             if count is not None and self.counted >= count:
                 return
