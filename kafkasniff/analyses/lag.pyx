@@ -165,7 +165,6 @@ class LagTracker:
         cdef dict facts, session, traffics, positions
         cdef long long replica
         cdef bint read_committed
-        by_id = self.topic_names.by_id
         request_root = s.request.root
         replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
         session = self._session(s.connection, request_root)

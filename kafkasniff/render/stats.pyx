@@ -76,7 +76,6 @@ class Stats:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
         kind = type(ev)
         if kind is MessageEvent:
-            self.bytes["messages"] += FRAME_PREFIX + ev.message.size
             self._message(ev, topics or _NO_TOPICS)
             self.insight.observe(ev)
         elif kind is SaslTokenEvent:
@@ -107,7 +106,8 @@ class Stats:
             api = self.apis.get(key)
             if api is None:
                 api = self.apis[key] = ApiStats(key, m.api_name if key is not None else None)
-        size = m.end - m.offset
+        size = m.size
+        self.bytes["messages"] += FRAME_PREFIX + size
         request = m.kind == "request"
         if request:
             api.requests += 1
