@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,7 +45,7 @@ def test_workers_write_what_one_process_writes(view, jobs):
 
 
 @pytest.mark.parametrize("filters", [
-    ["--topic", "codecs-zstd"], ["--errors-only"], ["--api", "Fetch", "--api", "Metadata"],
+    ["--topic", "confluent-zstd"], ["--errors-only"], ["--api", "Fetch", "--api", "Metadata"],
     ["--client-id", "rdkafka"], ["--stream", "3"], ["--topic", "nope"], ["--api", "Fetch"], ["--api", "Produce"],
 ])
 def test_filters_apply_alike(filters):
@@ -91,9 +92,33 @@ def test_reader_going_away_ends_the_run_quietly(view, jobs):
     assert proc.stderr.read() == b""
 
 
-def test_stats_and_trees_stay_in_one_process():
+def stats_of(paths: list[str], jobs: int, **options) -> tuple[dict, int]:
+    """--stats of the captures as its JSON (every count, latency, lag and end-to-end figure), and the events shown."""
+    output = Output(OutputOptions(stats=True, **options), out=open(os.devnull, "w"))
+    for path in paths:
+        with open_capture(path) as reader:
+            decode.decode_file(reader, output, (), jobs)
+    return output.stats.to_json(), output.shown
+
+
+@pytest.mark.parametrize("options", [{}, {"topics": frozenset({"confluent-zstd"})}, {"apis": frozenset({"fetch"})},
+                                     {"streams": frozenset({3})}, {"errors_only": True}],
+                         ids=["all", "topic", "api", "stream", "errors"])
+def test_stats_on_workers_count_what_one_process_counts(options):
+    # The workers count what does not depend on order; topics and the analyses (lag, groups, end-to-end latency)
+    # are counted by the parent in capture order; a --topic filter has the parent count everything.
+    single = stats_of(ALL_CAPTURES, 1, **options)
+    assert stats_of(ALL_CAPTURES, 3, **options) == single
+    assert single[1] > 0 and single[0]["apis"]
+
+
+def test_stats_tables_alike_on_workers():
+    assert run("--stats", "-j", "3", *ALL_CAPTURES) == run("--stats", "-j", "1", *ALL_CAPTURES)
+
+
+def test_trees_and_stats_beside_json_stay_in_one_process():
     # They need every event object in one place; --jobs is accepted and does not change them.
-    for view in (["--stats"], ["-V"], ["--hex", "--api", "ApiVersions"]):
+    for view in (["--stats", "--json"], ["-V"], ["--hex", "--api", "ApiVersions"]):
         assert run(*view, "-j", "2", CONFLUENT) == run(*view, "-j", "1", CONFLUENT)
 
 

@@ -408,6 +408,30 @@ def test_metrics_port_serves_what_the_sniffer_decodes_and_top_shows_it(broker, u
     assert [group, "│", topic, "│", "0", "│", "0"] in [line.split()[:7] for line in screen.splitlines()]
 
 
+def test_stats_on_workers_count_what_the_written_capture_counts(broker, unique_name, tmp_path):
+    """`sniff --stats -j 3`: the workers count each message's API, client and bytes, this process its topics and the
+    analyses in capture order; the tables are those of `decode --stats` of the capture it wrote, in one process."""
+    topic, group = unique_name(), unique_name("stats-group")
+    broker.create_topic(topic, partitions=2)
+    pcap_path = tmp_path / "stats.pcap"
+    tables = tmp_path / "tables.txt"
+    sniffer = Sniffer(["-i", "lo", "--port", str(broker.port), "--stats", "-w", str(pcap_path), "-j", "3"],
+                      tables).wait_ready()
+    produce_kafka_python(broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(7)])
+    assert len(group_session_kafka_python(broker.bootstrap, topic, group, 7).consumed) == 7
+    time.sleep(0.5)  # the client's last requests after leaving
+    assert sniffer.finish() == 0
+    assert sniffer.summary()[3] == 0
+    decoded = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "--stats", "-j", "1", str(pcap_path)],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert decoded.returncode == 0, decoded.stderr
+    assert tables.read_text() == decoded.stdout
+    for api in ("Produce", "Fetch", "JoinGroup", "OffsetCommit"):
+        assert re.search(rf"^ {api} +│ +[1-9]", decoded.stdout, re.MULTILINE), api
+    # the 7 records produced, and fetched by the group
+    assert re.search(rf"^ {topic} +│ +[0-9,]+ │ +[0-9,]+ │ +7 │ +7$", decoded.stdout, re.MULTILINE)
+
+
 # -- the ring itself, read in this process -------------------------------------------------------------
 
 

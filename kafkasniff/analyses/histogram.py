@@ -49,6 +49,15 @@ class LatencyHistogram:
         buckets = self.buckets
         buckets[bucket] = buckets.get(bucket, 0) + times
 
+    def merge(self, other: LatencyHistogram) -> None:
+        """Add another histogram's latencies (a parallel decode's worker's): the same buckets, minimum, maximum and
+        percentiles as if they had been added here."""
+        self.buckets.update(other.buckets)
+        self.count += other.count
+        self.total += other.total
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
     def _middle(self, bucket: int) -> float:
         if bucket < 0:
             return self.FLOOR_MS / 2

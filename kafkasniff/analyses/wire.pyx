@@ -98,6 +98,19 @@ def seen(MessageEvent ev, connection=None):
                        found, pairs, asked))
 
 
+
+cpdef tuple plain_seen(s):
+    """The Seen as plain tuples (its request and client end too), to be pickled without a Python call per named
+    tuple: a parallel decode's workers and the Spark decode tasks send them to where the analyses run."""
+    request = s.request
+    return (s.ts, s.connection, tuple(s.client), *s[3:-1], None if request is None else tuple(request))
+
+
+def seen_from_plain(tuple plain):
+    """The Seen that plain_seen gave these values of."""
+    request = plain[-1]
+    return _new(Seen, plain if request is None else (*plain[:-1], _new(Asked, request)))
+
 # A Seen is made for most messages of `--stats` and `lag`: made as tuples are, without the named tuple's Python
 # constructor; what it holds is never changed, so the empty parts can be shared.
 _new = tuple.__new__

@@ -97,7 +97,10 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
         watermark = None
         while watermark != END:
             watermark, events = pickle.loads(inbox.recv_bytes())
-            reply(watermark, *handle_all(analyzer, events, render, reply, REPLY_BYTES))
+            items, decoded = handle_all(analyzer, events, render, reply, REPLY_BYTES)
+            if watermark == END:  # what the output renders once all is rendered (--stats: the worker's totals)
+                items += [(END, rank, *rendered) for rank, rendered in enumerate(output.render_end())]
+            reply(watermark, items, decoded)
     except BaseException:
         with contextlib.suppress(OSError):
             results.send_bytes(pickle.dumps((FAILED, traceback.format_exc(), messages)))

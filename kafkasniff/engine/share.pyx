@@ -140,11 +140,18 @@ def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> tu
     return out, messages
 
 
+# What a --stats item (a tuple: render.stats.counted) is taken to weigh, so that the items a worker holds are
+# bounded as lines are (a message's item with what the analyses read of it, pickled: 100-600 bytes).
+COUNTED_ITEM_BYTES = 256
+
+
 cpdef Py_ssize_t rendered_size(line):
-    """Bytes of what Output.render gave: a line, an event handed on whole (its payload), or nothing
-    (Output.LEARN_ONLY: only mentions)."""
+    """Bytes of what Output.render gave: a line, an event handed on whole (its payload), what --stats counts of an
+    event, or nothing (Output.LEARN_ONLY: only mentions)."""
     if type(line) is bytes:
         return len(<bytes>line)
     if type(line) is MessageEvent:
         return len((<MessageEvent>line).payload)
+    if type(line) is tuple:
+        return COUNTED_ITEM_BYTES
     return 0

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafkasniff.analyses.insight import Insight
-from kafkasniff.analyses.wire import Asked, Seen
+from kafkasniff.analyses.wire import Seen, plain_seen, seen_from_plain
 from kafkasniff.pipeline.tables import GROUPS, PARTITIONS
 from kafkasniff.pipeline.writing import output_fs, write_rows
 
@@ -41,8 +41,6 @@ _SCHEMA = pa.schema([("ts", pa.float64()), ("file", pa.int32()), ("index", pa.in
                      ("seen", pa.binary())])
 _BATCH_ROWS = 4096
 AT_THE_END = math.inf  # the time key of messages released by a connection's end
-# Seen and Asked made from their staged values as tuples are, without the named tuples' Python constructors
-_new = tuple.__new__
 
 
 class StagedSeen:
@@ -54,11 +52,8 @@ class StagedSeen:
         self._rows: list[tuple] = []
 
     def add(self, ts: float, file: int, index: int, seen: Seen) -> None:
-        # Pickled (the run's own tasks write and read these files, as Spark pickles what its Python workers pass)
-        # as plain tuples: named ones would be pickled through a Python call each.
-        request = seen.request
-        plain = (seen.ts, seen.connection, tuple(seen.client), *seen[3:-1], None if request is None else tuple(request))
-        self._rows.append((ts, file, index, len(self._rows), pickle.dumps(plain, pickle.HIGHEST_PROTOCOL)))
+        # Pickled: the run's own tasks write and read these files, as Spark pickles what its Python workers pass.
+        self._rows.append((ts, file, index, len(self._rows), pickle.dumps(plain_seen(seen), pickle.HIGHEST_PROTOCOL)))
 
     def close(self) -> tuple[str, int] | None:
         """(staged file, rows), None when there was nothing to stage."""
@@ -86,8 +81,6 @@ def analyse(staged: list[str], out: str) -> dict[str, int]:
     filesystem, _ = output_fs(out)
     insight = Insight(samples=False)
     for *_, staged_seen in heapq.merge(*(_staged_rows(filesystem, path) for path in staged)):
-        plain = pickle.loads(staged_seen)
-        request = plain[-1]
-        insight.take(_new(Seen, plain if request is None else (*plain[:-1], _new(Asked, request))))
+        insight.take(seen_from_plain(pickle.loads(staged_seen)))
     return {GROUPS.name: write_rows(GROUPS, insight.group_rows(), out),
             PARTITIONS.name: write_rows(PARTITIONS, insight.partition_rows(), out)}

@@ -110,6 +110,10 @@ cdef class Output:
     cdef Py_ssize_t _pending_bytes
     cdef public long long shown
     cdef readonly object topic_names, stats, json_line, tree
+    cdef object _counted  # render.stats.counted, with --stats
+    cdef int _stats_totals  # and the kind of a worker's totals (render.stats.TOTALS)
+    cdef object _apart  # a worker's Stats, of what it counts apart (Stats.count_apart), and the events it showed
+    cdef long long _shown_apart
     # The options, as the per-event paths test them
     cdef bint _line_view, _json_view, _prints_events, _show_secrets, _filters, _by_topic
 
@@ -127,11 +131,12 @@ cdef class Output:
         self._filters = bool(options.apis or options.topics or options.client_ids or options.streams or
                              options.errors_only)
         self._by_topic = bool(options.topics)
-        self.stats = None
+        self.stats = self._counted = self._apart = None
+        self._shown_apart = 0
         if options.stats:
-            from kafkasniff.render.stats import Stats
+            from kafkasniff.render.stats import TOTALS, Stats, counted
 
-            self.stats = Stats()
+            self.stats, self._counted, self._stats_totals = Stats(), counted, TOTALS
         self.json_line = None
         if options.view == "json":
             from kafkasniff.render.jsonview import event_line as json_line
@@ -227,8 +232,9 @@ cdef class Output:
 
     @property
     def renders_apart(self) -> bool:
-        """Whether this view can be rendered by workers: one line or JSON, without --stats."""
-        return self.options.view in ("line", "json") and not self.options.stats
+        """Whether this view can be rendered by workers: one line or JSON, and --stats alone (the workers read
+        what it counts: render, deliver), not --stats beside the messages' JSON."""
+        return self.options.view == "line" or (self.options.view == "json" and not self.options.stats)
 
     cpdef tuple render(self, ev):
         """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it (LEARN_ONLY
@@ -242,6 +248,18 @@ cdef class Output:
                 if _teaches(mentions):  # not shown, but its (topic id, name) pairs name ids in later messages
                     return LEARN_ONLY, mentions
             return None
+        if self.stats is not None:  # --stats alone: what it counts of the event (a tuple), counted by `deliver`
+            counted_item = self._counted(ev, ev.conn.stream if ev.conn is not None else None)
+            if counted_item is None:
+                return None
+            mentions = event_mentions(ev) if type(ev) is MessageEvent else None
+            if self._by_topic:  # whether it is counted at all depends on its topics' names: all counted in order
+                return counted_item, mentions
+            if self._apart is None:  # made in the worker: what the parent counted before it forked is not ours
+                self._apart = type(self.stats)()
+            self._shown_apart += 1
+            left = self._apart.count_apart(counted_item, bool(mentions))
+            return (left, mentions) if left is not None else None
         mentions = None
         if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
@@ -262,6 +280,13 @@ cdef class Output:
             return self.json_line(ev, self._show_secrets, None), mentions
         return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions
 
+    def render_end(self) -> list:
+        """What a worker renders once it has rendered its last event: with --stats alone, its totals (what
+        Stats.count_apart counted there) and how many events it showed."""
+        if self._apart is None:
+            return []
+        return [((*self._apart.totals(), self._shown_apart), None)]
+
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
         """Write rendered events, in capture order: (line, mentions) each, or (event, mentions) for an event the
         parent renders (RENDERED_BY_PARENT)."""
@@ -270,6 +295,16 @@ cdef class Output:
         for line, mentions in rendered:
             if line is LEARN_ONLY:
                 self._resolve(mentions)
+                continue
+            if type(line) is tuple:  # --stats: what is left to count of an event, or a worker's totals and shown
+                topics = self._resolve(mentions) if mentions is not None else None
+                if self._by_topic:
+                    if topics is None or self.options.topics.isdisjoint(topics):
+                        continue
+                    self.shown += 1
+                elif line[0] == self._stats_totals:
+                    self.shown += <long long>line[2]
+                self.stats.count(line, topics)
                 continue
             if type(line) is MessageEvent:
                 topics = self._resolve(mentions)

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
 from kafkasniff.analyses.insight import Insight
+from kafkasniff.analyses.wire import plain_seen, seen, seen_from_plain
 from kafkasniff.protocol.schema import apis
 from kafkasniff.render.insight import lag_tables, latency_table
 from kafkasniff.render.tables import print_tables
@@ -55,7 +56,6 @@ cdef class ClientStats:
     cdef public long long requests, bytes, errors
 
 
-_NO_TOPICS: dict = {}
 # Where the bytes of the TCP streams went: shown as messages or SASL tokens, or reported by notices of
 # these kinds; "missing" bytes were never captured.
 BYTE_KINDS = ("messages", "sasl_tokens", "skipped", "tls", "not-kafka", "missing")
@@ -74,55 +74,112 @@ class Stats:
 
     def observe(self, ev, topics: dict[str, list] | None = None) -> None:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
-        kind = type(ev)
-        if kind is MessageEvent:
-            self._message(ev, topics or _NO_TOPICS)
-            self.insight.observe(ev)
-        elif kind is SaslTokenEvent:
+        self.count(counted(ev), topics)
+
+    def count(self, tuple item, topics: dict[str, list] | None = None) -> None:
+        """Count what `counted` read of an event (made here, or by a parallel decode's worker: in capture order,
+        as the analyses follow the capture), what `count_apart` left, or a worker's `totals`."""
+        if item is None:
+            return
+        kind = item[0]
+        if kind == _MESSAGE:
+            facts = <tuple>item[1]
+            self._count_message(facts)
+            self._count_topics(facts[2], facts[3], topics)
+            if item[2] is not None:
+                self.insight.take(item[2])
+        elif kind == _LEFT:
+            self._count_topics(item[1], item[2], topics)
+            if item[3] is not None:
+                self.insight.take(seen_from_plain(item[3]))
+        elif kind == _SASL_TOKEN:
             self.sasl_tokens += 1
-            self.bytes["sasl_tokens"] += FRAME_PREFIX + len(ev.token)
-        elif kind is NoticeEvent:
-            self.notices[ev.kind] += 1
-            self.bytes[ev.kind] += ev.size
+            self.bytes["sasl_tokens"] += <long long>item[1]
+        elif kind == _NOTICE:
+            self.notices[item[1]] += 1
+            self.bytes[item[1]] += <long long>item[2]
+        else:
+            self._merge(item[1])
+
+    def count_apart(self, tuple item, bint mentions) -> tuple | None:
+        """A parallel decode's worker: count here what does not depend on the capture's order (the message's API,
+        client id and bytes; SASL tokens, notices), and return what the parent must count in capture order, or
+        None: (_LEFT, is a request, size, plain Seen) when the message names topics (`mentions`: they are named
+        in order) or the analyses read it. The worker's counts go to the parent at the end (`totals`)."""
+        if item is None or item[0] != _MESSAGE:
+            self.count(item)
+            return None
+        facts = <tuple>item[1]
+        self._count_message(facts)
+        if not mentions and item[2] is None:
+            return None
+        return (_LEFT, facts[2], facts[3], plain_seen(item[2]) if item[2] is not None else None)
+
+    def totals(self) -> tuple:
+        """What count_apart counted here, for the parent to add to its own (`count`)."""
+        return (_TOTALS, (self.apis, self.clients, self.sasl_tokens, self.notices, self.bytes))
+
+    def _merge(self, tuple totals) -> None:
+        cdef ApiStats api, mine
+        cdef ClientStats client, own
+        apis_, clients, sasl_tokens, notices, byte_counts = totals
+        for key, api in apis_.items():
+            mine = self.apis.get(key)
+            if mine is None:
+                self.apis[key] = api
+                continue
+            mine.requests += api.requests
+            mine.responses += api.responses
+            mine.request_bytes += api.request_bytes
+            mine.response_bytes += api.response_bytes
+            mine.malformed += api.malformed
+            mine.latency.merge(api.latency)
+            mine.errors.update(api.errors)
+        for client_id, client in clients.items():
+            own = self.clients.get(client_id)
+            if own is None:
+                self.clients[client_id] = client
+                continue
+            own.requests += client.requests
+            own.bytes += client.bytes
+            own.errors += client.errors
+        self.sasl_tokens += sasl_tokens
+        self.notices.update(notices)
+        self.bytes.update(byte_counts)
 
     def byte_totals(self) -> dict[str, int]:
         """Bytes captured, and where they went (every kind, zeros too)."""
         totals = {kind.replace("-", "_"): self.bytes[kind] for kind in BYTE_KINDS}
         return {"captured": sum(self.bytes.values()) - self.bytes["missing"], **totals}
 
-    def _message(self, MessageEvent ev, dict topics) -> None:
-        # No call where there is nothing to count (most messages have no errors, no topics).
-        cdef Message m = ev.message
+    def _count_message(self, tuple facts) -> None:
+        """The message's API, client id and bytes."""
+        # No call where there is nothing to count (most messages have no errors).
         cdef ApiStats api
         cdef ClientStats client
-        cdef TopicStats topic
-        cdef long long size
-        cdef bint request
-        api = self.apis.get(m.api_key)
+        cdef long long size = facts[3]
+        cdef bint request = facts[2]
+        api_key, api_name, _, _, latency_ms, client_id, errors, malformed = facts
+        api = self.apis.get(api_key)
         if api is None:
             # API keys Kafka does not define (damaged or made-up bytes) share the row of messages with no API: a
             # row each would grow the tables without end
-            key = m.api_key if m.api_key in apis() else None
+            key = api_key if api_key in apis() else None
             api = self.apis.get(key)
             if api is None:
-                api = self.apis[key] = ApiStats(key, m.api_name if key is not None else None)
-        size = m.size
+                api = self.apis[key] = ApiStats(key, api_name if key is not None else None)
         self.bytes["messages"] += FRAME_PREFIX + size
-        request = m.kind == "request"
         if request:
             api.requests += 1
             api.request_bytes += size
-            client_id = m.client_id
         else:
             api.responses += 1
             api.response_bytes += size
-            if ev.latency_ms is not None:
-                api.latency.add(ev.latency_ms)
-            client_id = ev.request.message.client_id if ev.request is not None else None
-        errors = error_names(m) if m.errors else None
+            if latency_ms is not None:
+                api.latency.add(latency_ms)
         if errors:
             api.errors.update(errors)
-        if m.malformed is not None:
+        if malformed:
             api.malformed += 1
         client = self.clients.get(client_id)
         if client is None:
@@ -131,6 +188,12 @@ class Stats:
         client.bytes += size
         if errors:
             client.errors += 1
+
+    def _count_topics(self, bint request, long long size, dict topics) -> None:
+        """The message's share of each topic it is about: {name: [records carried, partitions]}."""
+        cdef TopicStats topic
+        if not topics:
+            return
         for name, (records, _) in topics.items():
             topic = self.topics.get(name)
             if topic is None:
@@ -160,6 +223,40 @@ class Stats:
             "lag": self.insight.lag.to_json(),
             "end_to_end": self.insight.lag.latency.to_json(),
         }
+
+
+# What Stats counts of an event, as plain values: (_MESSAGE, (api key, API name, is a request, size, latency in ms,
+# client id, error names, malformed), what the analyses read of it), (_SASL_TOKEN, bytes) or (_NOTICE, kind, bytes);
+# None for events it does not count. A parallel decode's workers make them and the parent counts them in capture
+# order (engine/parallel.py).
+MESSAGE, SASL_TOKEN, NOTICE = range(3)
+# Stats.count_apart's items: what is left of a message for the parent, a worker's totals.
+LEFT, TOTALS = 3, 4
+cdef int _MESSAGE = MESSAGE, _SASL_TOKEN = SASL_TOKEN, _NOTICE = NOTICE, _LEFT = LEFT, _TOTALS = TOTALS
+
+
+cpdef tuple counted(ev, connection=None):
+    """What Stats counts of the event; `connection`: what tells its connection apart for the analyses (default:
+    the connection itself; a worker gives its stream number, which is the whole capture's)."""
+    cdef MessageEvent mev
+    cdef Message m
+    kind = type(ev)
+    if kind is MessageEvent:
+        mev = <MessageEvent>ev
+        m = mev.message
+        request = m.kind == "request"
+        if request:
+            client_id = m.client_id
+        else:
+            client_id = mev.request.message.client_id if mev.request is not None else None
+        facts = (m.api_key, m.api_name, request, m.size, None if request else mev.latency_ms, client_id,
+                 error_names(m) if m.errors else None, m.malformed is not None)
+        return (_MESSAGE, facts, seen(mev, connection))
+    if kind is SaslTokenEvent:
+        return (_SASL_TOKEN, FRAME_PREFIX + len(ev.token))
+    if kind is NoticeEvent:
+        return (_NOTICE, ev.kind, ev.size)
+    return None
 
 
 def _ms(value: float | None) -> str:
