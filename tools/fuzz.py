@@ -11,7 +11,9 @@ Cases, numbered, each made from (seed, number) alone so that any can be made aga
   records (Fields and JSON);
 - explain: an xxd or `hexdump -C` dump of a frame, damaged as text, read and explained as `explain` does;
 - capture: a recorded capture, damaged (bytes changed, cut, pieces dropped or repeated), decoded by
-  `kafkasniff decode` in every view, each a process of its own with a time limit (one case in CAPTURE_EVERY).
+  `kafkasniff decode` in every view, each a process of its own with a time limit (one case in CAPTURE_EVERY);
+  the one-line view, JSON and --stats also on two workers, whose output must be byte for byte one process's
+  (a difference counts as an exception).
 
 The cases run in a worker process that reports each case before starting it. A case whose work takes more than
 HANG_SECONDS of processor time (or STARVED_SECONDS on the clock: on a busy machine processor time comes slowly,
@@ -50,6 +52,8 @@ STARVED_SECONDS = 600.0   # and one taking this long on the clock: on a busy mac
 CAPTURE_EVERY = 400       # one case in this many is a damaged capture (they cost seconds, the others milliseconds)
 FRAME_BYTES_MAX = 1 << 16  # frames of the captures kept as seeds: up to this size
 VIEWS = {"line": [], "json": ["--json"], "tree": ["-V"], "hex": ["--hex"], "stats": ["--stats"]}
+# Views decoded again on two workers, whose output must be byte for byte that of one process (differential)
+ON_WORKERS = ("line", "json", "stats")
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
 SANITIZER_FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 ASAN_QUARANTINE_MB = 32
@@ -291,12 +295,15 @@ def run_capture(data: bytes, folder: Path) -> tuple[list[str], dict[str, int]]:
     path = folder / "capture.pcap"
     path.write_bytes(data)
     problems, peaks = [], {}
-    for view, options in VIEWS.items():
+    one_process = {}
+    runs = [(view, "1", options) for view, options in VIEWS.items()]
+    runs += [(f"{view} on workers", "2", VIEWS[view]) for view in ON_WORKERS]
+    for view, jobs, options in runs:
         # run from the scratch folder: `-c` puts the working directory first on the path, and the package to
         # test is the one this process imports (under --sanitized, the sanitized build)
         before = processor_seconds_of_children()
-        done = subprocess.run([sys.executable, "-c", DECODE, "-j", "1", *options, str(path)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=STARVED_SECONDS, cwd=folder)
+        done = subprocess.run([sys.executable, "-c", DECODE, "-j", jobs, *options, str(path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=STARVED_SECONDS, cwd=folder)
         if processor_seconds_of_children() - before > HANG_SECONDS:
             raise subprocess.TimeoutExpired(done.args, HANG_SECONDS)
         stderr = done.stderr.decode(errors="replace")
@@ -308,6 +315,11 @@ def run_capture(data: bytes, folder: Path) -> tuple[list[str], dict[str, int]]:
             problems.append(f"sanitizer: {view}: {stderr[-3000:]}")
         elif done.returncode not in (0, 2) or "Traceback" in stderr:
             problems.append(f"exception: {view}: exit {done.returncode}: {stderr[-3000:]}")
+        elif jobs == "1":
+            one_process[view] = done.stdout
+        elif view.removesuffix(" on workers") in one_process and \
+                done.stdout != one_process[view.removesuffix(" on workers")]:
+            problems.append(f"exception: {view}: output differs from one process's")
     return problems, peaks
 
 
@@ -414,7 +426,7 @@ def campaign(minutes: float, out: Path, seed: int, env: dict[str, str]) -> dict:
             # timed by the worker), or no word for longer than any case may take on the clock.
             if not ready and running is not None and (
                     case_kind(running) != "capture" and processor_seconds(child.pid) - case_cpu > HANG_SECONDS or
-                    time.monotonic() - case_started > STARVED_SECONDS * (len(VIEWS) + 1)):
+                    time.monotonic() - case_started > STARVED_SECONDS * (len(VIEWS) + len(ON_WORKERS) + 1)):
                 child.kill()
                 workers_peak = max(workers_peak, reaped(child))
                 counts["hangs"] += 1
