@@ -1,3 +1,4 @@
+# cython: language_level=3
 """TCP segments in, Kafka events out: reassembly, then one Session per connection.
 
 Used alike by `decode` (segments from a file), `sniff` (segments from an
@@ -19,6 +20,8 @@ from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
 from kafkasniff.stream.keylog import KeyLog
 from kafkasniff.stream.session import KafkaConnection, NoticeEvent, Session
 from kafkasniff.stream.tlsrecord import record_boundary, starts_tls
+
+StreamData = tcp.StreamData
 
 # Ended connections whose sessions are kept, newest first, to name them when bytes of theirs come late.
 ENDED_KEPT = 1024
@@ -68,13 +71,15 @@ class Analyzer:
             yield from self.handle(self.tcp.feed(segment))
         yield from self.finish()
 
-    def handle(self, tcp_events: list) -> list:
+    def handle(self, list tcp_events) -> list:
         """Reassembled TCP events (from this analyzer's reassembler, or another's) in, Kafka events out."""
-        out = []
+        cdef list out = []
+        cdef tuple data
         for ev in tcp_events:
             kind = type(ev)
-            if kind is tcp.StreamData:
-                out += self.stream_data(ev.conn.stream, ev.direction, ev.data, ev.ts)
+            if kind is StreamData:  # (conn, direction, offset, data, ts): most events, read by index
+                data = <tuple>ev
+                out += self.stream_data((<tuple>data[0])[0], data[1], data[3], data[4])
             elif kind is tcp.ConnectionOpened:
                 self.opened(ev.conn.stream, ev.conn.a, ev.conn.b, ev.client_guess is not None)
             elif kind is tcp.Gap:
