@@ -237,3 +237,21 @@ def test_a_failed_write_ends_the_walk_with_its_own_exception(view):
         else:
             tree_text(ev.message, ev.payload, None, False, False, None, None, write)
     assert len(calls) == 1
+
+
+def test_tree_text_hands_write_a_view_that_is_released_when_write_returns():
+    """The text chunks are views of the walker's buffer, not copies (records-heavy -V writes hundreds of MB): what
+    write keeps of one cannot read the buffer once it is reused, and the chunks joined are the text made whole."""
+    ev = _big_records_message()
+    kept, chunks = [], []
+
+    def write(text, spans):
+        kept.append(text)
+        chunks.append(bytes(text))
+
+    rest, _ = tree_text(ev.message, ev.payload, None, False, False, None, None, write)
+    whole, _ = tree_text(ev.message, ev.payload, None, False, False, None, None)
+    assert chunks and b"".join(chunks) + rest == whole
+    assert all(type(view) is memoryview for view in kept)
+    with pytest.raises(ValueError, match="released"):
+        bytes(kept[0])

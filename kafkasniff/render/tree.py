@@ -163,12 +163,12 @@ class TreeView:
         out = self._out or sys.stdout
         binary = getattr(out, "buffer", None)
         if binary is None:
-            def write(text: bytes, spans) -> None:
-                out.write(text.decode())
+            def write(text, spans) -> None:  # bytes, or a view of the walker's buffer valid during the call
+                out.write(str(text, "utf-8"))
         else:
             out.flush()
 
-            def write(text: bytes, spans) -> None:
+            def write(text, spans) -> None:
                 binary.write(text)
         write(message_row(ev, topics), None)
         rest, _ = tree_text(m, ev.payload, self.limit, self.show_secrets, False, token_reader(m, self.show_secrets),

@@ -45,17 +45,22 @@ static int put(Writer *wr, const char *s, Py_ssize_t n, int style) {
 
 static int put_i128(Writer *wr, i128 v) { return out_i128(wr->text, v); }
 
+/* n with a comma between each three digits; written backwards into a small buffer (no snprintf: a record
+ * batch's sizes and counts are written this way, hundreds of thousands of times in a records-heavy -V). */
 static int put_commas(Writer *wr, int64_t n) {
-    char digits[32], out[48];
-    int len = snprintf(digits, sizeof digits, "%lld", (long long)(n < 0 ? -n : n)), at = 0;
+    char out[32];
+    int at = sizeof out, digits = 0;
+    uint64_t v = n < 0 ? (uint64_t)0 - (uint64_t)n : (uint64_t)n;
+    do {
+        if (digits && digits % 3 == 0)
+            out[--at] = ',';
+        out[--at] = (char)('0' + v % 10);
+        v /= 10;
+        digits++;
+    } while (v);
     if (n < 0)
-        out[at++] = '-';
-    for (int i = 0; i < len; i++) {
-        if (i && (len - i) % 3 == 0)
-            out[at++] = ',';
-        out[at++] = digits[i];
-    }
-    return put(wr, out, at, ST_NONE);
+        out[--at] = '-';
+    return put(wr, out + at, (Py_ssize_t)sizeof out - at, ST_NONE);
 }
 
 /* Python's repr() of a str, by Python: for text that is not plain printable ASCII. */
@@ -96,10 +101,15 @@ static int put_ascii_repr(Writer *wr, const uint8_t *p, Py_ssize_t shown, int cu
         return -1;
     char *d = o->data + o->len;
     *d++ = quote;
-    for (Py_ssize_t i = 0; i < shown; i++) {
-        if (p[i] == '\\' || p[i] == (uint8_t)quote)
-            *d++ = '\\';
-        *d++ = (char)p[i];
+    if (memchr(p, '\\', shown) == NULL && !(single && dbl)) { /* nothing to escape (most values): copied whole */
+        memcpy(d, p, shown);
+        d += shown;
+    } else {
+        for (Py_ssize_t i = 0; i < shown; i++) {
+            if (p[i] == '\\' || p[i] == (uint8_t)quote)
+                *d++ = '\\';
+            *d++ = (char)p[i];
+        }
     }
     if (cut) {
         memcpy(d, "\xe2\x80\xa6", 3);
@@ -887,11 +897,27 @@ static int flush(Text *t) {
         return -1;
     if (t->write == NULL || t->out.len < t->flush_at)
         return 0;
-    PyObject *text = PyBytes_FromStringAndSize(t->out.data, t->out.len);
+    /* The text as a view of the buffer, not a copy (records-heavy -V writes hundreds of MB): released once
+     * `write` returns, so that a view it kept raises instead of reading the buffer as it is reused. */
+    PyObject *text = PyMemoryView_FromMemory(t->out.data, t->out.len, PyBUF_READ);
     PyObject *spans = t->want_spans ? PyBytes_FromStringAndSize(t->spans.data ? t->spans.data : "", t->spans.len)
                                     : Py_NewRef(Py_None);
     PyObject *done = text && spans ? PyObject_CallFunctionObjArgs(t->write, text, spans, NULL) : NULL;
-    Py_XDECREF(text);
+    if (text != NULL) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback); /* write's exception, if it raised: kept across the release */
+        PyObject *released = PyObject_CallMethod(text, "release", NULL);
+        if (released == NULL) {
+            Py_CLEAR(done);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+        } else {
+            PyErr_Restore(type, value, traceback);
+        }
+        Py_XDECREF(released);
+        Py_DECREF(text);
+    }
     Py_XDECREF(spans);
     if (done == NULL)
         return -1;
@@ -1418,7 +1444,8 @@ static int draw_records(Walker *w, Text *t, const Node *node) {
  *
  * roots: ((program, type text, pos, end), ...): the header and, when it was read, the body; each drawn as a
  * child of the message's headline (which the caller writes). Text goes to write(text, spans) in chunks of
- * about flush_at bytes (spans: bytes of int32 triples, or None), the rest is returned. */
+ * about flush_at bytes (text: a memoryview of the buffer, valid during the call; spans: bytes of int32
+ * triples, or None), the rest is returned. */
 PyObject *text_tree(PyObject *self, PyObject *args) {
     PyObject *roots, *ctx, *api_names, *topic_names, *write;
     Py_buffer buf;
@@ -1441,6 +1468,9 @@ PyObject *text_tree(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    /* Written in chunks: the buffer holds a chunk from the start, instead of growing to it for every message */
+    if (t.write != NULL && flush_at > 0 && flush_at < (1 << 24) && out_grow(&t.out, flush_at + 4096) < 0)
+        goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *program, *type;
         Py_ssize_t pos, end, stop;
