@@ -24,11 +24,20 @@ cdef class Framer:
     cdef list waiting  # sorted
     cdef long long waiting_from  # the stream offset of the first waiting candidate, when there is one
     cdef list arrivals
+    # In sync, a big frame is copied straight into its payload as its bytes come (see FILL_FROM): the payload,
+    # how much of it has come, the stream offset of its size prefix and the time of its first byte.
+    cdef bytes filling
+    cdef Py_ssize_t filled
+    cdef long long filling_offset
+    cdef double filling_first_ts
 
     cpdef list feed(self, bytes data, double ts)
     cpdef list gap(self, long long size, double ts, str reason=*)
     cpdef list close(self)
     cdef bytes _cut_whole(self, bytes data, double ts)
+    cdef bytes _fill(self, bytes data, double ts)
+    cdef void _start_filling(self)
+    cdef void _stop_filling(self)
     cdef list _take(self)
     cdef void _unsync(self, str reason)
     cdef void _lose(self, Py_ssize_t n, str reason)

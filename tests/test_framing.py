@@ -1,0 +1,87 @@
+"""The framer's big frames, copied into their payloads as their bytes come (framing.FILL_FROM), give exactly what
+gathering them in the buffer gives: the same frames, times and offsets, and the same reports of bytes lost in a gap
+or at the end, wherever the segments and the gaps fall."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafkasniff.stream import framing
+from kafkasniff.stream.framing import Frame, Framer, Skipped
+
+
+class AnyFrame:
+    """Out of sync, every position may start a frame that decodes (the framer's own rules decide)."""
+
+    header_bytes = 4
+    correlation_at = 0
+
+    def header(self, buf, pos: int, end: int) -> bool | None:
+        return True
+
+    def frame(self, buf, pos: int, end: int) -> bool:
+        return True
+
+
+def run(pieces: list[bytes | int], fill: bool) -> list:
+    """Feed pieces (bytes, or the size of a gap) with times 1, 2, ...; then close."""
+    saved = framing.FILL_FROM
+    framing.FILL_FROM = saved if fill else 1 << 62
+    try:
+        framer = Framer(AnyFrame())
+        out = []
+        for ts, piece in enumerate(pieces, 1):
+            out += framer.feed(piece, float(ts)) if isinstance(piece, bytes) else framer.gap(piece, float(ts))
+        return out + framer.close()
+    finally:
+        framing.FILL_FROM = saved
+
+
+def frame(size: int, fill: int) -> bytes:
+    return struct.pack(">i", size) + bytes([fill % 256]) * size
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.sampled_from([4, 100, 4000, 70_000, 300_000, 600_000]), min_size=1, max_size=6),
+       cuts=st.lists(st.integers(1, 200_000), min_size=1, max_size=40),
+       gap_at=st.one_of(st.none(), st.integers(0, 39)), gap_size=st.integers(1, 100_000),
+       cut_short=st.integers(0, 50_000))
+def test_big_frames_filled_as_they_come_are_what_the_buffer_gives(sizes, cuts, gap_at, gap_size, cut_short):
+    stream = b"".join(frame(size, i) for i, size in enumerate(sizes))
+    stream = stream[:max(1, len(stream) - cut_short)]  # the last frame may never end
+    pieces, at = [], 0
+    for cut in cuts * (len(stream) // sum(cuts) + 1):
+        if at >= len(stream):
+            break
+        pieces.append(stream[at:at + cut])
+        at += cut
+    if gap_at is not None and gap_at < len(pieces):
+        pieces[gap_at] = gap_size  # those bytes were never captured
+    filled = run(pieces, fill=True)
+    assert filled == run(pieces, fill=False)
+    assert all(type(item) in (Frame, Skipped) for item in filled)
+
+
+def test_a_big_frame_in_many_segments_is_one_frame_dated_by_its_first_and_last():
+    big = frame(1 << 20, 7)
+    pieces = [big[i:i + 65_536] for i in range(0, len(big), 65_536)] + [frame(10, 1)]
+    out = run(pieces, fill=True)
+    assert out == [Frame(big[4:], 0, 17.0, 1.0), Frame(frame(10, 1)[4:], len(big), 18.0, 18.0)]
+
+
+def test_a_size_prefix_alone_reserves_nothing_until_an_eighth_of_the_frame_has_come():
+    framer = Framer(AnyFrame())
+    framer.feed(struct.pack(">i", 100 << 20) + bytes(1000), 1.0)  # names 100 MB, brings 1 KB
+    assert framer.close() == [Skipped(0, 1004, "stream ended inside a frame (1000 of 104857600 bytes)", 1.0)]
+
+
+@pytest.mark.parametrize("lost_after", [65_540, 200_000])
+def test_a_gap_inside_a_big_frame_loses_what_came_of_it(lost_after):
+    big = frame(300_000, 3)
+    out = run([big[:40_000], big[40_000:lost_after], 5_000, frame(8, 2)], fill=True)
+    assert out[0] == Skipped(0, lost_after, "partial frame lost in a gap", 3.0)
+    assert out[1] == Skipped(lost_after, 5_000, "bytes missing from the capture", 3.0, False)
