@@ -134,3 +134,21 @@ def test_decompression_bomb_stops_at_the_bound(codec):
     assert note == "decompressed size exceeds 64 MiB limit; records not shown"
     assert after_bomb == "1 after the bomb"
     assert int(peak_growth_mib) <= 64 + 8
+
+
+@pytest.mark.parametrize("size", [0, 200, 256, 300, 65_791, 70_000, 5_000_000])
+def test_zstd_frames_that_state_their_size_are_read_into_a_buffer_of_that_size(size):
+    """The size field takes 1, 2 (256 added), 4 or 8 bytes as the value needs; a frame that does not state it (as
+    streams are written) is read as well, into a guessed buffer grown as needed."""
+    import zstandard
+
+    from kafkasniff.protocol.compression import _zstd_content_size
+
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    stated = zstandard.ZstdCompressor(write_content_size=True).compress(data)
+    unstated = zstandard.ZstdCompressor(write_content_size=False).compress(data)
+    assert _zstd_content_size(stated) == size
+    assert _zstd_content_size(unstated) is None
+    assert _zstd_content_size(stated[:5]) is None
+    assert decompress(4, stated, 64 * MiB) == data
+    assert decompress(4, unstated, 64 * MiB) == data
