@@ -119,6 +119,12 @@ static int varint32(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end
         *pos = p + 1;
         return 0;
     }
+    if (end - p >= 2 && b[p + 1] < 0x80) { /* two bytes: the lengths of values of 64 to 8,191 bytes */
+        uint32_t u = (uint32_t)(b[p] & 0x7F) | (uint32_t)b[p + 1] << 7;
+        *value = (int32_t)((u >> 1) ^ -(u & 1));
+        *pos = p + 2;
+        return 0;
+    }
     u128 raw = 0;
     if (uvarint(w, b, &p, end, &raw) < 0)
         return -1;
@@ -139,6 +145,12 @@ static int varlong(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end,
     if (p < end && b[p] < 0x80) {
         *value = (b[p] >> 1) ^ -(b[p] & 1);
         *pos = p + 1;
+        return 0;
+    }
+    if (end - p >= 2 && b[p + 1] < 0x80) { /* two bytes: offset and time deltas up to 8,191 */
+        int64_t u = (int64_t)(b[p] & 0x7F) | (int64_t)b[p + 1] << 7;
+        *value = (u >> 1) ^ -(u & 1);
+        *pos = p + 2;
         return 0;
     }
     u128 raw = 0;

@@ -196,14 +196,16 @@ static int put_bytes(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
         Out *o = wr->text;
         if (out_reserve(o, 3 * shown + 8) < 0)
             return -1;
-        o->data[o->len++] = '0';
-        o->data[o->len++] = 'x';
+        char *d = o->data + o->len; /* a local cursor: stores through o->data could change o->len, to the compiler */
+        *d++ = '0';
+        *d++ = 'x';
         for (Py_ssize_t i = 0; i < shown; i++) {
             if (i)
-                o->data[o->len++] = ' ';
-            o->data[o->len++] = hex[p[i] >> 4];
-            o->data[o->len++] = hex[p[i] & 15];
+                *d++ = ' ';
+            *d++ = hex[p[i] >> 4];
+            *d++ = hex[p[i] & 15];
         }
+        o->len = d - o->data;
         if (shown < n && OUT_LIT(o, " \xe2\x80\xa6") < 0)
             return -1;
     }
