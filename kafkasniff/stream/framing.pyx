@@ -121,7 +121,7 @@ cdef class Framer:
         come, its payload is made at its full size and what came is copied in; the buffer is emptied."""
         cdef Py_ssize_t n = len(self.buf)
         cdef long long size
-        if n < 4:
+        if n < 4 or self.arrivals:  # (bytes that came out of sync are dated piece by piece: left to the buffer)
             return
         size = _size_at(self.buf)
         if size < FILL_FROM or size > self.max_frame or (n - 4) * FILL_AFTER_PART < size or n - 4 >= size:
