@@ -41,6 +41,16 @@ cdef class ApiStats:
         self.latency = LatencyHistogram()
         self.errors: Counter[str] = Counter()
 
+    def add(self, ApiStats other) -> None:
+        """Another's counts of the same API (a parallel decode's worker's)."""
+        self.requests += other.requests
+        self.responses += other.responses
+        self.request_bytes += other.request_bytes
+        self.response_bytes += other.response_bytes
+        self.malformed += other.malformed
+        self.latency.merge(other.latency)
+        self.errors.update(other.errors)
+
     def to_json(self) -> dict:
         return {"api_key": self.api_key, "api_name": self.api_name, "requests": self.requests,
                 "responses": self.responses, "request_bytes": self.request_bytes,
@@ -54,6 +64,11 @@ cdef class TopicStats:
 
 cdef class ClientStats:
     cdef public long long requests, bytes, errors
+
+    def add(self, ClientStats other) -> None:
+        self.requests += other.requests
+        self.bytes += other.bytes
+        self.errors += other.errors
 
 
 # Where the bytes of the TCP streams went: shown as messages or SASL tokens, or reported by notices of
@@ -120,29 +135,9 @@ class Stats:
         return (_TOTALS, (self.apis, self.clients, self.sasl_tokens, self.notices, self.bytes))
 
     def _merge(self, tuple totals) -> None:
-        cdef ApiStats api, mine
-        cdef ClientStats client, own
         apis_, clients, sasl_tokens, notices, byte_counts = totals
-        for key, api in apis_.items():
-            mine = self.apis.get(key)
-            if mine is None:
-                self.apis[key] = api
-                continue
-            mine.requests += api.requests
-            mine.responses += api.responses
-            mine.request_bytes += api.request_bytes
-            mine.response_bytes += api.response_bytes
-            mine.malformed += api.malformed
-            mine.latency.merge(api.latency)
-            mine.errors.update(api.errors)
-        for client_id, client in clients.items():
-            own = self.clients.get(client_id)
-            if own is None:
-                self.clients[client_id] = client
-                continue
-            own.requests += client.requests
-            own.bytes += client.bytes
-            own.errors += client.errors
+        _add_each(self.apis, apis_)
+        _add_each(self.clients, clients)
         self.sasl_tokens += sasl_tokens
         self.notices.update(notices)
         self.bytes.update(byte_counts)
@@ -223,6 +218,17 @@ class Stats:
             "lag": self.insight.lag.to_json(),
             "end_to_end": self.insight.lag.latency.to_json(),
         }
+
+
+cdef int _add_each(dict mine, dict theirs) except -1:
+    """A worker's rows (ApiStats or ClientStats by key) added to these: each to its own, or taken as it is."""
+    for key, row in theirs.items():
+        own = mine.get(key)
+        if own is None:
+            mine[key] = row
+        else:
+            own.add(row)
+    return 0
 
 
 # What Stats counts of an event, as plain values: (_MESSAGE, (api key, API name, is a request, size, latency in ms,
