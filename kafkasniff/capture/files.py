@@ -34,7 +34,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 MAX_RECORD_BYTES = 16 << 20
 STDIN = "-"  # the path that stands for standard input
 _LINKTYPE_MASK = 0x03FFFFFF  # the bits above carry FCS information
-_READ_BUFFER = 1 << 20
+_READ_BUFFER = 64 << 10  # for the header and gzip's reads: the records are read past it (_Unread)
 _SCAN_CHUNK = 1 << 20  # bytes read per pass of the C record loop
 
 # magic (read big-endian) -> byte order, timestamp fraction units per second, record header size:
@@ -166,71 +166,67 @@ class CaptureReader:
 
     def _pcap_batches(self, parse: bool):
         """(items, records read) for the whole records of each chunk read: the record loop and the
-        header parsing run in C. read1 hands over every byte decompressed before damage in a gzip file."""
+        header parsing run in C. readinto1 hands over every byte decompressed before damage in a gzip file."""
         linktype, byte_order, units, record_header_len = self._pcap_layout
-        read = self._stream.read1
         skipped = self._parser.skipped
-        buf = bytearray()
-        offset = 24  # of buf[0] in the (uncompressed) file
-        while True:
-            chunk = read(_SCAN_CHUNK)
-            if not chunk:
-                break
-            buf += chunk
-            items, records, pos, bad_caplen = _headers.scan_pcap(
-                buf, byte_order == ">", record_header_len, units, linktype, MAX_RECORD_BYTES, skipped, parse)
+        unread = _Unread(self._stream)
+        offset = 24  # of the first unread byte in the (uncompressed) file
+        while unread.read_more():
+            with unread.view() as buf:
+                items, records, pos, bad_caplen = _headers.scan_pcap(
+                    buf, byte_order == ">", record_header_len, units, linktype, MAX_RECORD_BYTES, skipped, parse)
             yield items, records
             if bad_caplen is not None:
                 self._warn(f"record at byte {offset + pos} claims {bad_caplen} bytes: file corrupt from here")
                 return
-            del buf[:pos]
+            unread.take(pos)
             offset += pos
-        if len(buf) >= record_header_len:
-            caplen = int.from_bytes(buf[8:12], "big" if byte_order == ">" else "little")
+        if unread.size >= record_header_len:
+            with unread.view() as buf:
+                caplen = int.from_bytes(buf[8:12], "big" if byte_order == ">" else "little")
             self._warn(
                 f"capture ends inside the record at byte {offset} "
-                f"({len(buf) - record_header_len} of {caplen} bytes; file truncated?)"
+                f"({unread.size - record_header_len} of {caplen} bytes; file truncated?)"
             )
-        elif buf:
+        elif unread.size:
             self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
 
     def _pcapng_batches(self, parse: bool):
         """(items, records read) for the packet blocks of each chunk read: the block loop runs in C
         (scan_pcapng); the blocks it leaves (section headers, interface descriptions, others, and
         invalid lengths) are read here, one at a time."""
-        read = self._stream.read1
         skipped = self._parser.skipped
         interfaces: list[tuple[int, float, float] | None] = []  # (link type, units/s, offset s) per interface
         self._pcapng_order = "<"  # until the section header says
-        buf = bytearray(self._magic)
-        offset = 0  # of buf[0] in the (uncompressed) file
+        unread = _Unread(self._stream, self._magic)
+        offset = 0  # of the first unread byte in the (uncompressed) file
         at_end = False
         while not at_end:
-            chunk = read(_SCAN_CHUNK)
-            at_end = not chunk
-            buf += chunk
+            at_end = not unread.read_more()
             while True:
-                items, records, pos, at_block = _headers.scan_pcapng(
-                    buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse)
+                with unread.view() as buf:
+                    items, records, pos, at_block = _headers.scan_pcapng(
+                        buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse)
                 if records:
                     yield items, records
-                del buf[:pos]
+                unread.take(pos)
                 offset += pos
                 if not at_block:
                     break
-                taken = self._pcapng_other_block(buf, offset, at_end, interfaces)
+                with unread.view() as buf:
+                    taken = self._pcapng_other_block(buf, offset, at_end, interfaces)
                 if taken is None:  # the block is not whole yet
                     break
                 if taken < 0:  # the file is corrupt from here
                     return
-                del buf[:taken]
+                unread.take(taken)
                 offset += taken
-        if len(buf) >= 8:
+        if unread.size >= 8:
             self._warn(f"capture ends inside the block at byte {offset} (file truncated?)")
-        elif buf:
+        elif unread.size:
             self._warn(f"capture ends inside a block header at byte {offset} (file truncated?)")
 
-    def _pcapng_other_block(self, buf: bytearray, offset: int, at_end: bool, interfaces: list) -> int | None:
+    def _pcapng_other_block(self, buf: memoryview, offset: int, at_end: bool, interfaces: list) -> int | None:
         """Read the block at the start of buf that is not a packet block: its length (whole and valid),
         None when more bytes are needed, -1 (with a warning) when the file is corrupt from here. A section
         header starts a new list of interfaces; an interface description adds one."""
@@ -306,6 +302,53 @@ class CaptureReader:
 def open_capture(path: str | os.PathLike) -> CaptureReader:
     """Open a capture file for reading; raises CaptureError if it cannot be read at all."""
     return CaptureReader(path)
+
+
+class _Unread:
+    """The bytes read from a capture and not yet taken, in one buffer that every read fills in place
+    (readinto): a new bytes object per read, appended to a bytearray, copied every byte twice. It grows
+    only while a record is longer than what is free (MAX_RECORD_BYTES at most)."""
+
+    def __init__(self, stream, start: bytes = b""):
+        self._buf = bytearray(2 * _SCAN_CHUNK)
+        self._buf[:len(start)] = start
+        self.size = len(start)  # bytes unread, at the start of the buffer
+        # A file's readinto1 would copy through its buffer, and block on a pipe after taking what that holds: the
+        # first read takes what the buffer read ahead (peek: no read while it holds some), the others read the file.
+        self._buffered = stream if isinstance(stream, io.BufferedReader) else None
+        self._ahead: int | None = None  # bytes it holds, once peeked
+        self._readinto = stream.raw.readinto if self._buffered else stream.readinto1  # gzip: its own buffers
+
+    def read_more(self) -> bool:
+        """Read what comes (up to _SCAN_CHUNK bytes); False at the end."""
+        if len(self._buf) - self.size < _SCAN_CHUNK:
+            grown = bytearray(self.size + 2 * _SCAN_CHUNK)
+            grown[:self.size] = memoryview(self._buf)[:self.size]
+            self._buf = grown
+        if self._buffered is not None:
+            if self._ahead is None:
+                self._ahead = len(self._buffered.peek(0))
+            held = self._buffered.read1(min(self._ahead, _SCAN_CHUNK))
+            self._ahead -= len(held)
+            if not self._ahead:
+                self._buffered = None
+            self._buf[self.size:self.size + len(held)] = held
+            self.size += len(held)
+            return bool(held)
+        with memoryview(self._buf) as free:
+            got = self._readinto(free[self.size:self.size + _SCAN_CHUNK]) or 0
+        self.size += got
+        return got > 0
+
+    def view(self) -> memoryview:
+        """The unread bytes (release the view before `read_more` or `take`: a `with` block)."""
+        return memoryview(self._buf)[:self.size]
+
+    def take(self, n: int) -> None:
+        """Drop the first n unread bytes (the rest moves to the start: less than a record)."""
+        with memoryview(self._buf) as buf:
+            buf[:self.size - n] = buf[n:self.size]
+        self.size -= n
 
 
 class _Arrived:
