@@ -144,10 +144,16 @@ cdef class Output:
             self.json_line = json_line
         self.tree = None
         if options.view == "tree" and options.prints_events:
-            from kafkasniff.render.tree import TreeView
+            if options.hex or (out or sys.stdout).isatty():
+                from kafkasniff.render.tree import TreeView
 
-            self.tree = TreeView(out, hex_=options.hex, show_secrets=options.show_secrets,
-                                 full=options.full_values, topic_names=self.topic_names.by_id)
+                self.tree = TreeView(out, hex_=options.hex, show_secrets=options.show_secrets,
+                                     full=options.full_values, topic_names=self.topic_names.by_id)
+            else:  # plain text, without rich
+                from kafkasniff.render.plaintree import PlainTree
+
+                self.tree = PlainTree(out, show_secrets=options.show_secrets, full=options.full_values,
+                                      topic_names=self.topic_names.by_id)
 
     @property
     def out(self) -> TextIO:

@@ -1,5 +1,5 @@
-"""`-V` and `--hex`: each event as a field tree, or as a table of byte ranges, printed as soon as it is
-decoded.
+"""`-V` on a terminal, and `--hex`: each event as a field tree, or as a table of byte ranges, printed as
+soon as it is decoded (into a file or pipe, `-V` alone is render/plaintree.py's).
 
 The tree shows header, body and records (batches, then each record's offset, timestamp, key, value
 and headers), error-code names, CRC verdicts and codecs. `--hex` lists every byte range of the frame
@@ -23,9 +23,10 @@ from kafkasniff.protocol.sasl import SECRET, TOKEN
 from kafkasniff.render.bytemap import Row, rows
 from kafkasniff.render.explain import message_rows
 from kafkasniff.render.jsonview import MASK, token_reader
-from kafkasniff.render.oneline import message_line, message_row, notice_line, sasl_line
+from kafkasniff.render.oneline import message_line, notice_line, sasl_line
+from kafkasniff.render.plaintree import after_body
 from kafkasniff.render.tables import table_lines, write_table
-from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_bytes, show_value
+from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
 HEX_SHOWN = 8  # bytes per row shown unless --full
@@ -109,8 +110,8 @@ class TreeView:
         self._out = out
         self.topic_names = topic_names  # topic id -> name, learned as the capture goes by
         stream = out or sys.stdout
-        # Into a file or pipe: plain text, written directly. On a terminal: colours, through rich;
-        # file=None follows sys.stdout, which a progress bar on the same terminal redirects.
+        # On a terminal: colours, through rich; file=None follows sys.stdout, which a progress bar on the same
+        # terminal redirects. Into a file or pipe: plain text (the tree without --hex: render/plaintree.py).
         self.console = Console(file=out, highlight=False) if stream.isatty() else None
         self.hex = hex_
         self.show_secrets = show_secrets
@@ -118,12 +119,8 @@ class TreeView:
         self.limit = None if full else DEFAULT_MAX_VALUE
 
     def show(self, ev, topics: dict[str, list] | None = None) -> None:
-        if self.console is None and type(ev) is MessageEvent:
-            # plain text, as it is made: a Fetch can hold millions of records, a response millions of items
-            if self.hex:
-                self._write_hex_message(ev, topics)
-            else:
-                self._write_message(ev, topics)
+        if self.console is None and self.hex and type(ev) is MessageEvent:  # into a file or pipe: a line at a time
+            self._write_hex_message(ev, topics)
             return
         text = self.render(ev, topics)
         if self.console is None:
@@ -157,25 +154,6 @@ class TreeView:
                 parts.append(_styled(text[:-1], spans))
         return parts + self._after_body(m)
 
-    def _write_message(self, ev: MessageEvent, topics: dict[str, list] | None) -> None:
-        """The message's tree as plain text, written to the output as it is made."""
-        m = ev.message
-        out = self._out or sys.stdout
-        binary = getattr(out, "buffer", None)
-        if binary is None:
-            def write(text, spans) -> None:  # bytes, or a view of the walker's buffer valid during the call
-                out.write(str(text, "utf-8"))
-        else:
-            out.flush()
-
-            def write(text, spans) -> None:
-                binary.write(text)
-        write(message_row(ev, topics), None)
-        rest, _ = tree_text(m, ev.payload, self.limit, self.show_secrets, False, token_reader(m, self.show_secrets),
-                            self.topic_names, write)
-        tail = "".join(line.plain + "\n" for line in self._after_body(m))
-        write(rest + tail.encode(), None)
-
     def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None) -> None:
         """The message's byte table as plain text, a line at a time."""
         m = ev.message
@@ -207,15 +185,7 @@ class TreeView:
                      style="dim")]
 
     def _after_body(self, m: Message) -> list[Text]:
-        parts = []
-        if m.malformed:
-            parts.append(Text(f"MALFORMED at byte {m.malformed.offset + FRAME_PREFIX}: {m.malformed.reason}",
-                              style="bold red"))
-        if m.trailing:
-            t = m.trailing
-            parts.append(Text(f"{t.length} trailing bytes after the body, bytes {t.offset + FRAME_PREFIX}-"
-                              f"{t.end + FRAME_PREFIX - 1}: {show_bytes(t.value, self.limit)}", style="yellow"))
-        return parts
+        return [Text(text, style=style) for text, style in after_body(m, self.limit)]
 
     def _label(self, name: str, type_: str, value: str | None = None, style: str = "") -> Text:
         text = Text()
