@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import random
 
 from click.testing import CliRunner
@@ -60,6 +61,20 @@ def test_equal_latencies_come_back_exactly_and_tiny_or_negative_ones_as_zero():
     assert LatencyHistogram().percentile(50) is None
     assert LatencyHistogram().to_json() == {"count": 0, "p50": None, "p95": None, "p99": None, "max": None}
 
+
+
+def test_latencies_that_are_not_numbers_or_endless_count_without_failing():
+    """Compiled, the bucket is computed into a C integer: NaN counts as no time and an endless latency as the
+    longest one (31,700 years), as a negative one counts as zero, instead of an undefined conversion."""
+    hist = LatencyHistogram()
+    for ms in (math.nan, math.inf, -math.inf, 2.5, 1e300):
+        hist.add(ms)
+    assert hist.count == 5 and hist.min == 0.0 and hist.max == 1e15
+    middle = int(math.log(2.5 / 1e-3) / math.log(1.01))  # 2.5 ms's bucket
+    assert sorted(hist.buckets.items()) == [(-1, 2), (middle, 1), (4165, 2)]
+    assert hist.to_json() == {"count": 5, "p50": round(1e-3 * 1.01 ** (middle + 0.5), 3), "p95": 1e15, "p99": 1e15,
+                              "max": 1e15}
+    assert pickle.loads(pickle.dumps(hist)).to_json() == hist.to_json()  # a worker's totals reach the parent
 
 def stats_json(*args: str) -> tuple[dict, list[str]]:
     result = CliRunner().invoke(main, ["decode", "--stats", "--json", *args])

@@ -1,21 +1,27 @@
+# cython: language_level=3
 """Latency percentiles in memory that does not grow with the number of latencies: --stats, the end-to-end
-latency of records, the live view."""
+latency of records, the live view.
+
+Compiled: --stats adds a latency for every response (a worker's share of 70,000 on bench60), and in Python each
+addition cost as much as counting the rest of the message."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 
+from libc.math cimport log
+
 PERCENTILES = (50, 95, 99)
 
 
 _RATIO = 1.01
 _FLOOR_MS = 0.001
-_LOG_RATIO = math.log(_RATIO)
-_log = math.log
+cdef double _LOG_RATIO = math.log(_RATIO), _FLOOR = _FLOOR_MS
+cdef double _LONGEST_MS = 1e15  # 31,700 years
 
 
-class LatencyHistogram:
+cdef class LatencyHistogram:
     """Latencies in buckets 1% wide on a log scale, from 1 µs up; below 1 µs, one bucket.
 
     A percentile is the geometric middle of the bucket that holds it, clamped to
@@ -23,6 +29,10 @@ class LatencyHistogram:
     (nearest-rank definition), or within 1 µs below 1 µs. The maximum is exact.
     Buckets are kept only when used: 2,085 span 1 µs to 1,000 s.
     """
+
+    cdef public object buckets  # Counter: bucket -> latencies
+    cdef public long long count
+    cdef public double min, max, total
 
     RATIO = _RATIO
     FLOOR_MS = _FLOOR_MS
@@ -34,18 +44,19 @@ class LatencyHistogram:
         self.max = -math.inf
         self.total = 0.0  # the sum of the latencies (Prometheus histograms give it)
 
-    def add(self, ms: float, times: int = 1) -> None:
+    cpdef add(self, double ms, long long times=1):
         """One latency, or `times` equal ones (records of a batch)."""
-        # Once per response in --stats, --top and --metrics-port: comparisons and the bucket's arithmetic inline.
-        if ms < 0.0:
-            ms = 0.0  # capture clocks can step back; a negative latency means "no time"
+        if not ms >= 0.0:
+            ms = 0.0  # capture clocks can step back; a negative latency means "no time" (and so does NaN)
+        elif ms > _LONGEST_MS:
+            ms = _LONGEST_MS  # its bucket must fit the integer it is computed into
         self.count += times
         self.total += ms * times
         if ms < self.min:
             self.min = ms
         if ms > self.max:
             self.max = ms
-        bucket = int(_log(ms / _FLOOR_MS) / _LOG_RATIO) if ms >= _FLOOR_MS else -1
+        bucket = <long long>(log(ms / _FLOOR) / _LOG_RATIO) if ms >= _FLOOR else -1  # as int(math.log(...))
         buckets = self.buckets
         buckets[bucket] = buckets.get(bucket, 0) + times
 
