@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -18,10 +19,13 @@ from kafkasniff.capture.packets import FIN, RST
 from kafkasniff.cli import main
 from kafkasniff.commands import decode
 from kafkasniff.engine.parallel import WorkerFailed, sniff_parallel
-from kafkasniff.render.output import RENDERED_BY_PARENT, Output, OutputOptions
+from kafkasniff.protocol.encoder import encode_request, encode_response
+from kafkasniff.protocol.records_encoder import Record, encode_record_batch
+from kafkasniff.render.output import CONTINUED, RENDERED_BY_PARENT, TREE_PART_BYTES, Output, OutputOptions
 from kafkasniff.stream.session import MessageEvent
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.keylog import KeyLog
+from tests import pcapkit
 from tests.capture_manifest import CAPTURES_DIR, capture_names
 
 ALL_CAPTURES = [str(CAPTURES_DIR / f"{name}.pcap") for name in capture_names()]
@@ -34,14 +38,18 @@ def run(*args: str) -> str:
     return result.stdout
 
 
-@pytest.mark.parametrize("view", [[], ["--json"]], ids=["line", "json"])
+@pytest.mark.parametrize("view", [[], ["--json"], ["-V"]], ids=["line", "json", "tree"])
 @pytest.mark.parametrize("jobs", ["2", "3"])
 def test_workers_write_what_one_process_writes(view, jobs):
     # All captures in one run: stream numbers and topic ids carry over from file to file as in one process.
     single = run(*view, "-j", "1", *ALL_CAPTURES)
     shared = run(*view, "-j", jobs, *ALL_CAPTURES)
     assert shared == single
-    assert len(single.splitlines()) == 2229  # 52 + 115 + 205 + 61 + 525 + 94 + 100 + 59 + 272 + 396 + 216 + 134 messages
+    if view == ["-V"]:  # a headline per message, at the start of a line
+        assert sum(line[:2].isdigit() and " corr=" in line for line in single.splitlines()) == 2229
+        assert "\0" not in single
+    else:
+        assert len(single.splitlines()) == 2229  # 52 + 115 + 205 + 61 + 525 + 94 + 100 + 59 + 272 + 396 + 216 + 134
 
 
 @pytest.mark.parametrize("filters", [
@@ -49,7 +57,7 @@ def test_workers_write_what_one_process_writes(view, jobs):
     ["--client-id", "rdkafka"], ["--stream", "3"], ["--topic", "nope"], ["--api", "Fetch"], ["--api", "Produce"],
 ])
 def test_filters_apply_alike(filters):
-    for view in ([], ["--json"]):
+    for view in ([], ["--json"], ["-V"]):
         assert run(*view, *filters, "-j", "2", *ALL_CAPTURES) == run(*view, *filters, "-j", "1", *ALL_CAPTURES)
 
 
@@ -81,7 +89,8 @@ def test_a_failing_worker_stops_the_run_with_its_traceback(monkeypatch, tmp_path
 
 
 # The capture's 1 MiB messages are written in pieces (a record batch at a time): the reader goes while one is.
-@pytest.mark.parametrize("view, jobs", [(["--json"], "2"), (["--json"], "1"), (["-V"], "1"), ([], "2")])
+@pytest.mark.parametrize("view, jobs", [(["--json"], "2"), (["--json"], "1"), (["-V"], "1"), (["-V"], "2"),
+                                       ([], "2")])
 def test_reader_going_away_ends_the_run_quietly(view, jobs):
     proc = subprocess.Popen([sys.executable, "-m", "kafkasniff", "decode", *view, "-j", jobs, CONFLUENT],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -116,9 +125,78 @@ def test_stats_tables_alike_on_workers():
     assert run("--stats", "-j", "3", *ALL_CAPTURES) == run("--stats", "-j", "1", *ALL_CAPTURES)
 
 
+def test_trees_with_topic_ids_name_them_across_workers():
+    """A worker marks the topic ids its tree would name; the parent names them as the capture has so far, learned
+    from messages of the other worker too (the Metadata responses of other connections)."""
+    tree = run("-V", "-j", "2", CONFLUENT)
+    named = [line for line in tree.splitlines() if "TopicId: '" in line and "' (confluent-" in line]
+    assert len(named) == 30 and tree == run("-V", "-j", "1", CONFLUENT)
+
+
+@pytest.fixture(scope="module")
+def big_trees(tmp_path_factory) -> str:
+    """CONFLUENT with one more producer's connection beside its own, while they go on: two Produce requests of
+    6,000 records (gzip, none), each a tree of about 1.3 MB, and their responses."""
+    conversation = pcapkit.TcpConversation(("10.9.0.1", 41000), ("10.9.0.2", 9092),
+                                           start=pcapkit.read_packets(Path(CONFLUENT))[0].ts + 0.001)
+    for correlation_id, codec in ((1, "gzip"), (2, "none")):
+        records = [Record(key=f"key-{i}".encode(), value=f"value {i} of {codec} ".encode() * (1 + i % 5))
+                   for i in range(6000)]
+        conversation.send(True, encode_request(0, 9, correlation_id, "big", {
+            "Acks": 1, "TimeoutMs": 1000, "TopicData": [{"Name": "big-tree", "PartitionData": [
+                {"Index": 0, "Records": encode_record_batch(records, codec=codec)}]}]}))
+        conversation.send(False, encode_response(0, 9, correlation_id, {"Responses": [
+            {"Name": "big-tree", "PartitionResponses": [{"Index": 0}]}]}))
+    packets = pcapkit.merged(pcapkit.read_packets(Path(CONFLUENT)), conversation.close())
+    return str(pcapkit.write_pcap(tmp_path_factory.mktemp("big") / "big_trees.pcap", packets))
+
+
+@pytest.mark.parametrize("filters", [[], ["--topic", "big-tree"], ["--topic", "confluent-zstd"], ["--api", "Fetch"]])
+def test_big_trees_on_workers_write_what_one_process_writes(big_trees, filters):
+    single = run("-V", *filters, "-j", "1", big_trees)
+    assert run("-V", *filters, "-j", "2", big_trees) == single
+    assert ("record offset 5999," in single) == (filters in ([], ["--topic", "big-tree"]))
+
+
+def test_a_big_tree_goes_to_the_parent_in_parts(big_trees):
+    """A tree of 6,000 records leaves the worker a TREE_PART_BYTES at a time, the first part with the message's
+    mentions and the others marked CONTINUED: what the parent writes of them is one process's."""
+    options = decode.make_options(True, False, False, (), (), (), (), False, False, False, False)
+
+    class Parts:
+        def __init__(self):
+            self.items = []
+
+        def add(self, rendered):
+            self.items.append(rendered)
+
+        def add_big(self, data, mentions):
+            self.items.append((bytes(data), mentions))
+
+    worker, parts, big = Output(options, out=open(os.devnull, "w")), Parts(), 0
+    with open_capture(big_trees) as reader:
+        for ev in Analyzer().run(reader.segments()):
+            before = len(parts.items)
+            rendered = worker.render(ev, parts)
+            if rendered is not None:
+                parts.items.append(rendered)
+            made = parts.items[before:]
+            if type(ev) is MessageEvent:
+                assert rendered is None and made[0][1] is not CONTINUED
+                assert all(mentions is CONTINUED for _, mentions in made[1:])
+                big += len(made) > 1
+                assert all(len(text) >= TREE_PART_BYTES for text, _ in made[1:-1])
+    assert big == 2
+    parent = io.BytesIO()
+    output = Output(options, out=io.TextIOWrapper(parent, write_through=True))
+    output.deliver(parts.items)
+    output.finish()
+    assert parent.getvalue().decode() == run("-V", "-j", "1", big_trees)
+
+
 def test_trees_and_stats_beside_json_stay_in_one_process():
     # They need every event object in one place; --jobs is accepted and does not change them.
-    for view in (["--stats", "--json"], ["-V"], ["--hex", "--api", "ApiVersions"]):
+    for view in (["--stats", "--json"], ["--stats", "-V"], ["--hex", "--api", "ApiVersions"]):
         assert run(*view, "-j", "2", CONFLUENT) == run(*view, "-j", "1", CONFLUENT)
 
 

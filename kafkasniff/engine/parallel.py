@@ -17,11 +17,17 @@ QUEUE_BYTES it cannot write yet, until the others catch up. So what waits in the
 the pipes and the parent is bounded, whatever a batch's bytes make (700,000 requests of
 14 bytes in one connection: 220 MB of JSON), and a slow worker holds up the others
 instead of letting them run ahead.
+
+-V: a message's tree comes in parts (Output.render); a part of TREE_PART_BYTES or more is sent
+out of band, as it is, right after the pickled reply whose last item stands for it (its bytes
+None): pickling, copying and unpickling 300 MB of text cost more than making it; through a wide
+pipe it costs a few copies by the kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pickle
 import signal
@@ -46,6 +52,7 @@ BATCH_EVENTS = 1024  # TCP events per batch: big enough to make pickling and pip
 BATCH_BYTES = 4 << 20  # ... and stream bytes per batch, so batches of big segments stay small in memory
 REPLY_BYTES = 1 << 20  # rendered bytes a worker gathers before it replies, whether its batch is done or not
 QUEUE_BYTES = 4 << 20  # rendered bytes of a worker waiting in the parent for the others, past which it is not read
+PIPE_BYTES = 1 << 20  # the pipes' size (fs.pipe-max-size is 1 MiB by default)
 END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
 _NUMBER, _ORDER = itemgetter(0), itemgetter(0, 1)  # of a rendered item: (number, rank, line, mentions)
@@ -70,6 +77,8 @@ class _Worker:
     def __init__(self, ctx, make_analyzer, output: Output, inherited: list[Connection]):
         inbox_r, self.inbox = ctx.Pipe(duplex=False)
         self.results, results_w = ctx.Pipe(duplex=False)
+        for conn in (inbox_r, self.results):
+            _widen(conn)
         # A worker must not hold the parent's ends, its own or earlier workers': EOF would never come.
         parent_ends = [*inherited, self.inbox, self.results]
         self.process = ctx.Process(target=_work, args=(inbox_r, results_w, make_analyzer, output, parent_ends),
@@ -88,10 +97,13 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
     render = output.render
     messages = 0  # decoded so far, for the parent to count (sniff's summary)
 
-    def reply(watermark: int, items: list, decoded: int) -> None:
+    def reply(watermark: int, items: list, decoded: int, big=None) -> None:
         nonlocal messages
         messages += decoded
-        results.send_bytes(pickle.dumps((watermark, items, messages), pickle.HIGHEST_PROTOCOL))
+        results.send_bytes(pickle.dumps((watermark, items, messages, 0 if big is None else len(big)),
+                                        pickle.HIGHEST_PROTOCOL))
+        if big is not None:  # the last item's bytes, as they are: no pickle to make, copy and unmake
+            _write_all(results.fileno(), big)
 
     try:
         watermark = None
@@ -103,7 +115,34 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
             reply(watermark, items, decoded)
     except BaseException:
         with contextlib.suppress(OSError):
-            results.send_bytes(pickle.dumps((FAILED, traceback.format_exc(), messages)))
+            results.send_bytes(pickle.dumps((FAILED, traceback.format_exc(), messages, 0)))
+
+
+def _widen(conn: Connection) -> None:
+    """A pipe of PIPE_BYTES, where Linux allows (64 KiB by default): a batch or a part of a tree goes through in
+    one write instead of waking the reader every 64 KiB."""
+    with contextlib.suppress(AttributeError, OSError):
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
+def _write_all(fd: int, data) -> None:
+    with memoryview(data) as view:
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = os.read(fd, size)  # whole, mostly: the pipe holds a part of a tree
+    if len(data) == size:
+        return data
+    pieces = [data]
+    while size := size - len(data):
+        data = os.read(fd, size)
+        if not data:
+            raise EOFError
+        pieces.append(data)
+    return b"".join(pieces)
 
 
 class _Merger:
@@ -132,7 +171,10 @@ class _Merger:
                 for conn in wait([conn for conn, i in live.items() if self.queued[i] < QUEUE_BYTES]):
                     i = live[conn]
                     try:
-                        watermark, items, messages = pickle.loads(conn.recv_bytes())
+                        watermark, items, messages, big = pickle.loads(conn.recv_bytes())
+                        if big:  # the last item's bytes follow the message
+                            number, rank, _, mentions = items[-1]
+                            items[-1] = (number, rank, _read_exactly(conn.fileno(), big), mentions)
                     except EOFError:
                         raise WorkerFailed(f"decode worker {i} ended without a word") from None
                     if watermark == FAILED:

@@ -99,16 +99,48 @@ def share_out_live(blocks, reassembler, list batches, send, stopped, now) -> boo
     return True
 
 
+cdef class Replies:
+    """What a worker rendered and has not sent yet, for `handle_all`, which sends it with `reply(watermark, items,
+    messages, big)`: items are (event number, rank within the event's output, rendered...), in order; `big`, when
+    not None, is a part of an event's output sent after them, out of band (Output.render's parts)."""
+
+    cdef list out
+    cdef long long number, size, messages
+    cdef int rank
+    cdef object reply
+
+    def __init__(self, reply):
+        self.out = []
+        self.reply = reply
+
+    cpdef add(self, tuple rendered):
+        """What the renderer made of the current event (or a part of it)."""
+        self.out.append((self.number, self.rank, *rendered))
+        self.rank += 1
+        self.size += rendered_size(rendered[0])
+
+    def add_big(self, data, mentions) -> None:
+        """A big part of the current event's output (`data`: a buffer valid during the call): sent at once, after
+        what is waiting, with the event before it as watermark (more of this one may follow)."""
+        self.out.append((self.number, self.rank, None, mentions))
+        self.rank += 1
+        self.send(self.number - 1, data)
+
+    cdef send(self, long long watermark, big=None):
+        self.reply(watermark, self.out, self.messages, big)
+        self.out = []
+        self.size = self.messages = 0
+
+
 def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> tuple:
-    """A worker's batch: each item to its Analyzer method, each resulting event rendered, as
-    (number, rank within the item's events, rendered...) for what the renderer keeps. Whenever what was rendered
-    reaches `reply_bytes` (lines, and the payloads of events handed on whole), `reply(number, rendered, messages)`
-    sends it with the number of the item just done as watermark and how many of its events were messages; the
-    rest is returned, with its count of messages."""
-    cdef list out = []
+    """A worker's batch: each item to its Analyzer method, each resulting event rendered (`render(event,
+    replies)`), as (number, rank within the item's events, rendered...) for what the renderer keeps. Whenever what
+    was rendered reaches `reply_bytes` (lines, and the payloads of events handed on whole), `reply(number, rendered,
+    messages, None)` sends it with the number of the item just done as watermark and how many of its events were
+    messages; the rest is returned, with its count of messages."""
+    cdef Replies replies = Replies(reply)
     cdef tuple item, rendered
-    cdef int kind, rank
-    cdef long long size = 0, messages = 0
+    cdef int kind
     for item in items:
         kind = item[1]
         if kind == _DATA:
@@ -124,20 +156,17 @@ def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> tu
             events = analyzer.poll_tls(item[2])
         else:
             events = analyzer.ended(item[2], item[3])
-        rank = 0
+        replies.number = item[0]
+        replies.rank = 0
         for ev in events:
             if type(ev) is MessageEvent:
-                messages += 1
-            rendered = render(ev)
+                replies.messages += 1
+            rendered = render(ev, replies)
             if rendered is not None:
-                out.append((item[0], rank, *rendered))
-                rank += 1
-                size += rendered_size(rendered[0])
-        if size >= reply_bytes:
-            reply(item[0], out, messages)
-            out = []
-            size = messages = 0
-    return out, messages
+                replies.add(rendered)
+        if replies.size >= reply_bytes:
+            replies.send(item[0])
+    return replies.out, replies.messages
 
 
 # What a --stats item (a tuple: render.stats.counted) is taken to weigh, so that the items a worker holds are

@@ -226,8 +226,9 @@ def partition_facts(msg: Message, buf) -> tuple[dict, list[tuple]]:
 
 
 def tree_text(msg: Message, buf, limit: int | None, show_secrets: bool, spans: bool, ctx=None,
-              topic_names: dict | None = None, write=None) -> tuple[bytes, bytes | None]:
-    """The message's header and body as -V tree lines (see walker.text_tree); empty when the API is unknown."""
+              topic_names=None, write=None) -> tuple[bytes, bytes | None]:
+    """The message's header and body as -V tree lines (see walker.text_tree: topic_names is a dict or
+    MARK_TOPIC_IDS); empty when the API is unknown."""
     if msg.api_key is None:
         return b"", b"" if spans else None
     layout = _layout(msg.kind, msg.api_key, msg.api_version)

@@ -116,6 +116,7 @@ def partition_facts(program: _walk.Program, buf, pos: int, end: int,
 
 # Where -V text is handed to its writer, between lines.
 TEXT_FLUSH_BYTES = 1 << 18
+MARK_TOPIC_IDS = True  # text_tree's topic_names, for a parallel worker (see there)
 
 
 def text_tree(roots: tuple, buf, limit: int | None, show_secrets: bool, spans: bool, ctx=None,
@@ -123,8 +124,9 @@ def text_tree(roots: tuple, buf, limit: int | None, show_secrets: bool, spans: b
               decompress_limit: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[bytes, bytes | None]:
     """The -V tree lines of a message's header and body: roots are ((program, type text, pos, end), ...).
     Values are cut to `limit` characters (None: whole). With `spans`, styles come as int32 triples (start,
-    end, style) over the text. `topic_names` (topic id -> name) names topics given by id only. With
-    `write`, text goes to write(text, spans) as it grows; the rest is returned."""
+    end, style) over the text. `topic_names` (topic id -> name) names topics given by id only, or, as
+    MARK_TOPIC_IDS, marks each such id (NUL, the id, NUL) for a parallel decode's parent to name in capture
+    order. With `write`, text goes to write(text, spans) as it grows; the rest is returned."""
     return _walk.text_tree(roots, buf, -1 if limit is None else limit, show_secrets, spans, ctx, _api_names(),
                            topic_names, write, TEXT_FLUSH_BYTES, decompress_limit)
 

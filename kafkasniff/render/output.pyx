@@ -33,6 +33,10 @@ RENDERED_BY_PARENT = 16384
 # What a worker renders of a message a filter drops that names topic ids: nothing but its mentions, for the parent
 # to learn the names from, as one process does whatever it shows (a bool: it stays itself through pickling).
 LEARN_ONLY = False
+# -V with workers: a message's tree goes to the parent in parts of about this many bytes (a Fetch's can be 50 MB),
+# the first with the message's mentions, the others with CONTINUED in their place (a bool too).
+TREE_PART_BYTES = 1 << 18
+CONTINUED = True
 _SLOT_BYTES = TOPICS_SLOT.encode()
 OUTPUT_BLOCK = 1 << 16  # bytes of output gathered before they are written
 cdef frozenset _RECORD_APIS = record_apis()
@@ -116,6 +120,8 @@ cdef class Output:
     cdef long long _shown_apart
     # The options, as the per-event paths test them
     cdef bint _line_view, _json_view, _prints_events, _show_secrets, _filters, _by_topic
+    cdef bint _plain_tree  # -V into a file or pipe: workers can render it
+    cdef object _part_topics  # delivering a tree in parts: the message's topics, or None when it is not shown
 
     def __init__(self, options: OutputOptions, out: TextIO | None = None):
         self.options = options
@@ -154,6 +160,7 @@ cdef class Output:
 
                 self.tree = PlainTree(out, show_secrets=options.show_secrets, full=options.full_values,
                                       topic_names=self.topic_names.by_id)
+                self._plain_tree = True
 
     @property
     def out(self) -> TextIO:
@@ -212,7 +219,13 @@ cdef class Output:
         else:
             self.write_bytes(event_row(ev, self._show_secrets, topics))
 
-    cpdef write_bytes(self, bytes data):
+    cpdef write_bytes(self, data):
+        """Bytes (or a bytearray) to the output, gathered; OUTPUT_BLOCK or more are written as they are."""
+        if len(data) >= OUTPUT_BLOCK:
+            if self._pending:
+                self.flush()
+            self._write_out(data)
+            return
         self._pending.append(data)
         self._pending_bytes += len(data)
         if self._pending_bytes >= OUTPUT_BLOCK:
@@ -220,39 +233,51 @@ cdef class Output:
 
     cpdef flush(self):
         """Write out what was gathered, and flush the output."""
-        out = self.out
         if self._pending:
             data = b"".join(self._pending)
             self._pending.clear()
             self._pending_bytes = 0
-            binary = getattr(out, "buffer", None)
-            if binary is not None:
-                out.flush()
-                binary.write(data)
-            else:
-                out.write(data.decode())
-        out.flush()
+            self._write_out(data)
+        self.out.flush()
+
+    cdef _write_out(self, data):
+        out = self.out
+        binary = getattr(out, "buffer", None)
+        if binary is not None:
+            out.flush()
+            binary.write(data)
+        else:
+            out.write(data.decode())
 
     # Parallel decoding: workers `render` events, the parent `deliver`s them in capture order,
     # resolving topic ids, which needs every earlier message of the capture.
 
     @property
     def renders_apart(self) -> bool:
-        """Whether this view can be rendered by workers: one line or JSON, and --stats alone (the workers read
-        what it counts: render, deliver), not --stats beside the messages' JSON."""
-        return self.options.view == "line" or (self.options.view == "json" and not self.options.stats)
+        """Whether this view can be rendered by workers: one line, JSON, -V into a file or pipe, and --stats alone
+        (the workers read what it counts: render, deliver), not --stats beside the messages' JSON or tree."""
+        return self.options.view == "line" or (not self.options.stats and (self.options.view == "json" or
+                                                                           self._plain_tree))
 
-    cpdef tuple render(self, ev):
+    cpdef tuple render(self, ev, parts=None):
         """(UTF-8 line, topic mentions) of an event, or None when a filter other than --topic drops it (LEARN_ONLY
         and the mentions, when they name topic ids).
 
         A JSON line holds TOPICS_PLACEHOLDER, a one-line view's line TOPICS_SLOT, where `deliver` puts the
-        resolved topics."""
+        resolved topics. A message's tree (-V) goes to `parts` instead, as it is made, and None is returned:
+        parts.add((text, mentions or CONTINUED)) for a part of a few lines, parts.add_big(text, mentions or
+        CONTINUED) for TREE_PART_BYTES or more (text: a buffer valid during the call); the headline holds
+        TOPICS_SLOT and the tree MARK_TOPIC_IDS' marks, for `deliver` to name."""
         if not self.wanted_apart_from_topics(ev):
             if type(ev) is MessageEvent:
                 mentions = event_mentions(ev)
                 if _teaches(mentions):  # not shown, but its (topic id, name) pairs name ids in later messages
                     return LEARN_ONLY, mentions
+            return None
+        if self._plain_tree:
+            if type(ev) is not MessageEvent:
+                return self.tree.event_text(ev).encode(), None
+            _TreeParts(parts, event_mentions(ev)).write_message(self.tree, ev)
             return None
         if self.stats is not None:  # --stats alone: what it counts of the event (a tuple), counted by `deliver`
             counted_item = self._counted(ev, ev.conn.stream if ev.conn is not None else None)
@@ -296,11 +321,33 @@ cdef class Output:
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
         """Write rendered events, in capture order: (line, mentions) each, or (event, mentions) for an event the
         parent renders (RENDERED_BY_PARENT)."""
-        cdef object line
+        cdef object line, mentions
         chunks = []
         for line, mentions in rendered:
             if line is LEARN_ONLY:
                 self._resolve(mentions)
+                continue
+            if self._plain_tree:
+                if mentions is CONTINUED:
+                    if self._part_topics is None:  # the message is not shown
+                        continue
+                    line = self._name_marks(line, self._part_topics)
+                elif mentions is not None:  # a message's first part
+                    topics = self._resolve(mentions)
+                    if self.options.topics and self.options.topics.isdisjoint(topics):
+                        self._part_topics = None
+                        continue
+                    self._part_topics = topics
+                    self.shown += 1
+                    line = self._name_marks(line, topics)
+                else:
+                    self.shown += 1
+                if len(line) >= OUTPUT_BLOCK:  # written as it is, not joined first
+                    self.write_bytes(b"".join(chunks))
+                    chunks.clear()
+                    self.write_bytes(line)
+                else:
+                    chunks.append(line)
                 continue
             if type(line) is tuple:  # --stats: what is left to count of an event, or a worker's totals and shown
                 topics = self._resolve(mentions) if mentions is not None else None
@@ -332,8 +379,13 @@ cdef class Output:
                 else:
                     line = line.replace(_SLOT_BYTES, topics_row(topics), 1)
             chunks.append(line)
-        self.shown += len(chunks)
+            self.shown += 1
         self.write_bytes(b"".join(chunks))
+
+    cdef _name_marks(self, line, dict topics):
+        from kafkasniff.render.plaintree import name_marks
+
+        return name_marks(line, topics, self.topic_names.by_id)
 
     cdef dict _resolve(self, list mentions):
         """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""
@@ -357,6 +409,38 @@ cdef class Output:
                 self.flush()
                 print_stats(self.stats, self.out)
         self.flush()
+
+
+cdef class _TreeParts:
+    """A message's tree rendered by a parallel worker (Output.render): its text gathered as it is made and handed
+    to the worker's `parts` a TREE_PART_BYTES at a time, the first with the message's mentions."""
+
+    cdef object parts, mentions
+    cdef bytearray text
+
+    def __init__(self, parts, list mentions):
+        self.parts = parts
+        self.mentions = mentions
+        self.text = bytearray()
+
+    def write_message(self, tree, MessageEvent ev):
+        from kafkasniff.protocol.walker import MARK_TOPIC_IDS
+
+        tree.write_message(ev, TOPICS_SLOT, MARK_TOPIC_IDS, self.write)
+        if self.text or self.mentions is not CONTINUED:
+            self.parts.add((bytes(self.text), self.mentions))
+
+    def write(self, data) -> None:
+        """Bytes, or a view valid during the call (whole lines)."""
+        if not self.text and len(data) >= TREE_PART_BYTES:  # a chunk of the walker's: sent from its buffer
+            self.parts.add_big(data, self.mentions)
+            self.mentions = CONTINUED
+            return
+        self.text += data
+        if len(self.text) >= TREE_PART_BYTES:
+            self.parts.add_big(self.text, self.mentions)
+            self.mentions = CONTINUED
+            del self.text[:]
 
 
 def stdout_gone() -> None:

@@ -5,12 +5,13 @@ render/tree.py draws the same rows with styles.
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import TextIO
 
 from kafkasniff.protocol.messages import Message, tree_text
 from kafkasniff.render.jsonview import token_reader
-from kafkasniff.render.oneline import message_row, notice_line
+from kafkasniff.render.oneline import TOPICS_SLOT, message_row, notice_line, topics_row
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_bytes
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
@@ -42,29 +43,61 @@ class PlainTree:
     def show(self, ev, topics: dict[str, list] | None = None) -> None:
         out = self._out or sys.stdout
         if type(ev) is MessageEvent:
-            self._write_message(ev, topics, out)
-        elif type(ev) is SaslTokenEvent:
+            binary = getattr(out, "buffer", None)
+            if binary is None:
+                def write(data) -> None:  # bytes, or a view of the walker's buffer valid during the call
+                    out.write(str(data, "utf-8"))
+            else:
+                out.flush()
+                write = binary.write
+            self.write_message(ev, topics, self.topic_names, write)
+        else:
+            out.write(self.event_text(ev))
+
+    def write_message(self, ev: MessageEvent, topics, topic_names, write) -> None:
+        """The message's tree, handed to write(bytes, or a view valid during the call) as it is made. `topics`,
+        `topic_names`: as Output resolves them (or, in a parallel worker, TOPICS_SLOT and MARK_TOPIC_IDS)."""
+        m = ev.message
+        write(message_row(ev, topics))
+        rest, _ = tree_text(m, ev.payload, self.limit, self.show_secrets, False, token_reader(m, self.show_secrets),
+                            topic_names, lambda text, spans: write(text))
+        tail = "".join(text + "\n" for text, _style in after_body(m, self.limit))
+        write(rest + tail.encode())
+
+    def event_text(self, ev) -> str:
+        """What is not a message: a notice's line, or a raw SASL token's tree (render.tree's: rich then)."""
+        if type(ev) is SaslTokenEvent:
             if self._sasl_tree is None:
                 from kafkasniff.render.tree import TreeView
 
-                self._sasl_tree = TreeView(out, show_secrets=self.show_secrets, full=self.full)
-            out.write(self._sasl_tree.render(ev).plain + "\n")
-        else:
-            out.write(notice_line(ev) + "\n")
+                self._sasl_tree = TreeView(io.StringIO(), show_secrets=self.show_secrets, full=self.full)
+            return self._sasl_tree.render(ev).plain + "\n"
+        return notice_line(ev) + "\n"
 
-    def _write_message(self, ev: MessageEvent, topics: dict[str, list] | None, out: TextIO) -> None:
-        m = ev.message
-        binary = getattr(out, "buffer", None)
-        if binary is None:
-            def write(text, spans) -> None:  # bytes, or a view of the walker's buffer valid during the call
-                out.write(str(text, "utf-8"))
-        else:
-            out.flush()
 
-            def write(text, spans) -> None:
-                binary.write(text)
-        write(message_row(ev, topics), None)
-        rest, _ = tree_text(m, ev.payload, self.limit, self.show_secrets, False, token_reader(m, self.show_secrets),
-                            self.topic_names, write)
-        tail = "".join(text + "\n" for text, _style in after_body(m, self.limit))
-        write(rest + tail.encode(), None)
+def name_marks(text: bytes, topics: dict, names: dict) -> bytes:
+    """A parallel worker's text of a message with what it left to the parent named: the headline's topics
+    (TOPICS_SLOT) and each topic id the tree would name (MARK_TOPIC_IDS: NUL id NUL), with the names the capture
+    has given so far (`names`: topic id -> name), or nothing where it has not. Values never hold a NUL: the
+    tree shows them escaped."""
+    at = text.find(b"\0")
+    if at < 0:
+        return text
+    pieces, start = [], 0
+    with memoryview(text) as view:  # the text between marks is copied once, by join
+        while at >= 0:
+            end = text.index(b"\0", at + 1)
+            key = text[at + 1:end]
+            if key == _SLOT_KEY:
+                named = topics_row(topics)
+            else:
+                name = names.get(key.decode())
+                named = b"" if name is None else f" ({name})".encode()
+            pieces += (view[start:at], named)
+            start = end + 1
+            at = text.find(b"\0", start)
+        pieces.append(view[start:])
+        return b"".join(pieces)
+
+
+_SLOT_KEY = TOPICS_SLOT.strip("\0").encode()

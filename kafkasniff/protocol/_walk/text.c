@@ -287,6 +287,7 @@ typedef struct {
     int show_secrets;
     PyObject *ctx, *api_names;
     PyObject *topic_names;         /* topic id -> name, as learned from the capture so far (or NULL) */
+    int mark_topic_ids;            /* instead: NUL, the id, NUL where a name would go (TOPIC_ID_MARK) */
     /* the message's fields, before they are drawn */
     Node *nodes;
     int n_nodes, cap_nodes;
@@ -395,8 +396,13 @@ static int put_fixed(Text *t, Writer *wr, int kind, int role, const uint8_t *p) 
         text[37] = '\'';
         if (put(wr, text, 38, ST_NONE) < 0)
             return -1;
-        if (role != R_TOPIC_ID || t->topic_names == NULL || (t->depth && t->open[t->depth - 1].named_topic))
+        if (role != R_TOPIC_ID || (t->topic_names == NULL && !t->mark_topic_ids) ||
+            (t->depth && t->open[t->depth - 1].named_topic))
             return 0;
+        if (t->mark_topic_ids) { /* a parallel worker's: the parent, reading in capture order, puts the name */
+            text[0] = text[37] = '\0';
+            return put(wr, text, 38, ST_NONE);
+        }
         /* a topic named by id only: the name the capture gave that id, when it did */
         PyObject *id = PyUnicode_FromStringAndSize(text + 1, 36);
         PyObject *name = id ? PyDict_GetItemWithError(t->topic_names, id) : NULL;
@@ -1447,7 +1453,8 @@ static int draw_records(Walker *w, Text *t, const Node *node) {
  * roots: ((program, type text, pos, end), ...): the header and, when it was read, the body; each drawn as a
  * child of the message's headline (which the caller writes). Text goes to write(text, spans) in chunks of
  * about flush_at bytes (text: a memoryview of the buffer, valid during the call; spans: bytes of int32
- * triples, or None), the rest is returned. */
+ * triples, or None), the rest is returned. topic_names: topic id -> name, for the topics a struct gives by id
+ * only; or True: each such id is marked, NUL id NUL after the quoted id, for a parallel decode's parent to name. */
 PyObject *text_tree(PyObject *self, PyObject *args) {
     PyObject *roots, *ctx, *api_names, *topic_names, *write;
     Py_buffer buf;
@@ -1460,7 +1467,8 @@ PyObject *text_tree(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Text t = {.want_spans = want_spans, .limit = limit, .show_secrets = show_secrets, .ctx = ctx,
               .api_names = PyDict_Check(api_names) ? api_names : NULL,
-              .topic_names = PyDict_Check(topic_names) ? topic_names : NULL, .write = write == Py_None ? NULL : write,
+              .topic_names = PyDict_Check(topic_names) ? topic_names : NULL, .mark_topic_ids = topic_names == Py_True,
+              .write = write == Py_None ? NULL : write,
               .flush_at = flush_at};
     Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &text_builder, .state = &t,
                 .decompress_budget = decompress_limit};
