@@ -12,6 +12,7 @@ from typing import TextIO
 
 from kafkasniff.protocol.schema import record_apis
 from kafkasniff.protocol.topics import TopicNames
+from kafkasniff.protocol.walker import MARK_TOPIC_IDS
 from kafkasniff.render.oneline import TOPICS_SLOT
 from kafkasniff.render.values import error_names
 
@@ -383,9 +384,7 @@ cdef class Output:
         self.write_bytes(b"".join(chunks))
 
     cdef _name_marks(self, line, dict topics):
-        from kafkasniff.render.plaintree import name_marks
-
-        return name_marks(line, topics, self.topic_names.by_id)
+        return self.tree.name_marks(line, topics)
 
     cdef dict _resolve(self, list mentions):
         """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""
@@ -424,8 +423,6 @@ cdef class _TreeParts:
         self.text = bytearray()
 
     def write_message(self, tree, MessageEvent ev):
-        from kafkasniff.protocol.walker import MARK_TOPIC_IDS
-
         tree.write_message(ev, TOPICS_SLOT, MARK_TOPIC_IDS, self.write)
         if self.text or self.mentions is not CONTINUED:
             self.parts.add((bytes(self.text), self.mentions))
