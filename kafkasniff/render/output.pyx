@@ -268,7 +268,8 @@ cdef class Output:
         resolved topics. A message's tree (-V) goes to `parts` instead, as it is made, and None is returned:
         parts.add((text, mentions or CONTINUED)) for a part of a few lines, parts.add_big(text, mentions or
         CONTINUED) for TREE_PART_BYTES or more (text: a buffer valid during the call); the headline holds
-        TOPICS_SLOT and the tree MARK_TOPIC_IDS' marks, for `deliver` to name."""
+        TOPICS_SLOT (or, when the mentions name no topic id, the topics, which then stand for the mentions) and the
+        tree MARK_TOPIC_IDS' marks, for `deliver` to name."""
         if not self.wanted_apart_from_topics(ev):
             if type(ev) is MessageEvent:
                 mentions = event_mentions(ev)
@@ -278,7 +279,14 @@ cdef class Output:
         if self._plain_tree:
             if type(ev) is not MessageEvent:
                 return self.tree.event_text(ev).encode(), None
-            _TreeParts(parts, event_mentions(ev)).write_message(self.tree, ev)
+            mentions = event_mentions(ev)
+            if not _names_only(mentions):
+                _TreeParts(parts, mentions).write_message(self.tree, ev, TOPICS_SLOT)
+                return None
+            topics = self._resolve(mentions)  # nothing to learn or look up: the topics are final here
+            if self._by_topic and self.options.topics.isdisjoint(topics):
+                return None
+            _TreeParts(parts, topics).write_message(self.tree, ev, topics)
             return None
         if self.stats is not None:  # --stats alone: what it counts of the event (a tuple), counted by `deliver`
             counted_item = self._counted(ev, ev.conn.stream if ev.conn is not None else None)
@@ -334,10 +342,13 @@ cdef class Output:
                         continue
                     line = self._name_marks(line, self._part_topics)
                 elif mentions is not None:  # a message's first part
-                    topics = self._resolve(mentions)
-                    if self.options.topics and self.options.topics.isdisjoint(topics):
-                        self._part_topics = None
-                        continue
+                    if type(mentions) is dict:  # its topics, final in the worker (a filter has kept them)
+                        topics = mentions
+                    else:
+                        topics = self._resolve(mentions)
+                        if self.options.topics and self.options.topics.isdisjoint(topics):
+                            self._part_topics = None
+                            continue
                     self._part_topics = topics
                     self.shown += 1
                     line = self._name_marks(line, topics)
@@ -384,7 +395,7 @@ cdef class Output:
         self.write_bytes(b"".join(chunks))
 
     cdef _name_marks(self, line, dict topics):
-        return self.tree.name_marks(line, topics)
+        return self.tree.name_marks(line, topics) if b"\0" in line else line  # mostly, nothing to name
 
     cdef dict _resolve(self, list mentions):
         """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""
@@ -412,18 +423,19 @@ cdef class Output:
 
 cdef class _TreeParts:
     """A message's tree rendered by a parallel worker (Output.render): its text gathered as it is made and handed
-    to the worker's `parts` a TREE_PART_BYTES at a time, the first with the message's mentions."""
+    to the worker's `parts` a TREE_PART_BYTES at a time, the first with the message's mentions (a list) or, when
+    they name no topic id, its topics (a dict: the headline holds them already)."""
 
     cdef object parts, mentions
     cdef bytearray text
 
-    def __init__(self, parts, list mentions):
+    def __init__(self, parts, mentions):
         self.parts = parts
         self.mentions = mentions
         self.text = bytearray()
 
-    def write_message(self, tree, MessageEvent ev):
-        tree.write_message(ev, TOPICS_SLOT, MARK_TOPIC_IDS, self.write)
+    def write_message(self, tree, MessageEvent ev, topics):
+        tree.write_message(ev, topics, MARK_TOPIC_IDS, self.write)
         if self.text or self.mentions is not CONTINUED:
             self.parts.add((bytes(self.text), self.mentions))
 
