@@ -432,6 +432,24 @@ def test_stats_on_workers_count_what_the_written_capture_counts(broker, unique_n
     assert re.search(rf"^ {topic} +│ +[0-9,]+ │ +[0-9,]+ │ +7 │ +7$", decoded.stdout, re.MULTILINE)
 
 
+def test_trees_on_workers_are_those_of_the_written_capture(broker, unique_name, tmp_path):
+    """`sniff -V -j 2` into a file: the workers write each message's tree, this process names the topics in capture
+    order; what it wrote is `decode -V` of the capture it wrote, in one process."""
+    topic = unique_name()
+    broker.create_topic(topic, partitions=2)
+    pcap_path = tmp_path / "trees.pcap"
+    trees = tmp_path / "trees.txt"
+    sniffer = Sniffer(["-i", "lo", "--port", str(broker.port), "-V", "-w", str(pcap_path), "-j", "2"],
+                      trees).wait_ready()
+    produce_kafka_python(broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(7)])
+    assert sniffer.finish() == 0
+    decoded = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "-V", "-j", "1", str(pcap_path)],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert decoded.returncode == 0, decoded.stderr
+    assert trees.read_text() == decoded.stdout
+    assert decoded.stdout.count(f"Name: '{topic}'") >= 2 and "value: 'v6'" in decoded.stdout
+
+
 # -- the ring itself, read in this process -------------------------------------------------------------
 
 

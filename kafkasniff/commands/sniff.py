@@ -43,9 +43,9 @@ TOP_REFRESH_S = 1.0
 @click.option("-q", "--quiet", is_flag=True,
               help="Write no messages: with --metrics-port, -w or -c, serve, save or count only.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes decoding the one-line view, --json or --stats (not with -c, --top or "
-                   "--metrics-port) while this process captures and reassembles TCP: more small packets per "
-                   "second when other processes keep the cores busy, fewer big ones.")
+              help="Worker processes decoding the one-line view, --json, -V into a file or pipe, or --stats (not "
+                   "with -c, --top or --metrics-port) while this process captures and reassembles TCP: more small "
+                   "packets per second when other processes keep the cores busy, fewer big ones.")
 @tls_keylog_option
 @output_options
 def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, count, duration, buffer_mib,
