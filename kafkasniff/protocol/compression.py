@@ -36,6 +36,8 @@ import struct
 
 import cramjam
 
+from kafkasniff.protocol._walk import unfilled
+
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
 
@@ -121,7 +123,7 @@ def _zstd_content_size(data) -> int | None:
 def _into_growing_buffer(decompress_into, data, limit: int, hint: int) -> bytearray:
     size = min(limit, max(hint, _FIRST_GUESS_MIN))
     while True:
-        out = bytearray(size)
+        out = unfilled(size)  # trimmed to what the codec wrote, or dropped
         try:
             n = decompress_into(data, out)
         except cramjam.DecompressionError as exc:
@@ -166,11 +168,13 @@ def _snappy_blocks(blocks: list[memoryview], limit: int) -> bytearray:
         if total > limit:
             raise DecompressedTooLarge(limit)
         sizes.append(n)
-    out = bytearray(total)
+    out = unfilled(total)
     view = memoryview(out)
     pos = 0
     for block, n in zip(blocks, sizes):
-        cramjam.snappy.decompress_raw_into(block, view[pos:pos + n])
+        written = cramjam.snappy.decompress_raw_into(block, view[pos:pos + n])
+        if written != n:  # every byte of `out` is written, or it is dropped
+            raise DecompressionFailed(f"snappy: a block claims {n} bytes decompressed and makes {written}")
         pos += n
     return out
 
