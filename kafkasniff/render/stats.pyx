@@ -12,16 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TextIO
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
 from kafkasniff.analyses.insight import Insight
 from kafkasniff.analyses.wire import plain_seen, seen, seen_from_plain
 from kafkasniff.protocol.schema import apis
-from kafkasniff.render.insight import lag_tables, latency_table
-from kafkasniff.render.tables import print_tables
 from kafkasniff.render.values import error_names
 from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.session cimport MessageEvent
@@ -269,14 +263,24 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
-def _table(title: str, columns: tuple[str, ...], numeric_from: int) -> Table:
+# The tables (rich, render.insight, render.tables) are imported when printed: --stats --json, and the counting,
+# need none of them.
+
+
+def _table(title: str, columns: tuple[str, ...], numeric_from: int):
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", header_style="bold", show_edge=False)
     for i, col in enumerate(columns):
         table.add_column(col, justify="right" if i >= numeric_from else "left", no_wrap=i < numeric_from)
     return table
 
 
-def stats_tables(stats: Stats) -> list[Table]:
+def stats_tables(stats: Stats) -> list:
+    from rich.text import Text
+
+    from kafkasniff.render.insight import lag_tables, latency_table
+
     apis = _table("per API (latency in ms)", ("API", "requests", "responses", "request bytes", "response bytes",
                                               "p50", "p95", "p99", "max", "errors"), 1)
     for a in stats.api_rows():
@@ -299,6 +303,10 @@ def stats_tables(stats: Stats) -> list[Table]:
 
 
 def print_stats(stats: Stats, out: TextIO) -> None:
+    from rich.console import Console
+
+    from kafkasniff.render.tables import print_tables
+
     print_tables(stats_tables(stats), out)
     console = Console(file=out, width=None if out.isatty() else 200, highlight=False)
     extra = [f"{stats.sasl_tokens:,} raw SASL tokens"] if stats.sasl_tokens else []
