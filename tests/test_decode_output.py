@@ -440,16 +440,17 @@ def test_tree_view_prints_each_event_as_it_comes():
 
 
 def test_views_into_a_pipe_start_without_rich():
-    """rich takes ~20 ms to import, a fifth of a small capture's decode: one line, JSON and -V into a file or pipe
-    do without it (the tree in plain text); -V --hex draws its table with it."""
+    """rich takes ~20 ms to import, a fifth of a small capture's decode: one line, JSON, -V into a file or pipe (the
+    tree in plain text) and --stats --json do without it; -V --hex and the --stats tables are drawn with it."""
     script = ("import sys; from kafkasniff.cli import main\n"
               "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
               "sys.stderr.write(str(sorted({m.split('.')[0] for m in sys.modules} & {'rich'})))\n")
     capture = str(CAPTURES / "consumer_group.pcap")
-    for view, imported in [((), "[]"), (("--json",), "[]"), (("-V",), "[]"), (("-V", "--hex"), "['rich']")]:
+    for view, imported in [((), "[]"), (("--json",), "[]"), (("-V",), "[]"), (("--stats", "--json"), "[]"),
+                           (("-V", "--hex"), "['rich']"), (("--stats",), "['rich']")]:
         done = subprocess.run([sys.executable, "-c", script, "decode", *view, capture], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, check=True)
-        assert done.stdout.count("\n") > 50
+        assert done.stdout.count("\n") > (0 if "--stats" in view else 50)
         assert done.stderr == imported, view
 
 
