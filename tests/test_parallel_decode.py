@@ -158,6 +158,38 @@ def test_big_trees_on_workers_write_what_one_process_writes(big_trees, filters):
     assert ("record offset 5999," in single) == (filters in ([], ["--topic", "big-tree"]))
 
 
+def test_topic_names_that_are_not_printable_are_escaped_alike(tmp_path):
+    """A damaged capture's topic name can hold any bytes: lines show it as repr() does when it is not printable
+    (never a raw NUL, newline or terminal escape), in one process and on workers, where a NUL once read as one of
+    the marks a worker leaves for the parent (found by fuzzing)."""
+    name = "evil\x00\x1b[31m\nname"
+    conversation = pcapkit.TcpConversation(("10.9.0.1", 41000), ("10.9.0.2", 9092))
+    conversation.send(True, encode_request(0, 9, 1, "c", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": name, "PartitionData": [{"Index": 0, "Records": encode_record_batch([Record(b"k", b"v")])}]}]}))
+    conversation.send(False, encode_response(0, 9, 1, {"Responses": [{"Name": name, "PartitionResponses": [
+        {"Index": 0}]}]}))
+    # a Metadata response gives the name an id; a Fetch by id is then shown with the name beside the id
+    topic_id = "0a0b0c0d-0000-4000-8000-00000000abcd"
+    conversation.send(True, encode_request(3, 12, 2, "c", {"Topics": [{"Name": name, "TopicId": topic_id}]}))
+    conversation.send(False, encode_response(3, 12, 2, {"Topics": [{"Name": name, "TopicId": topic_id}]}))
+    conversation.send(True, encode_request(1, 13, 3, "c", {"Topics": [{"TopicId": topic_id, "Partitions": [
+        {"Partition": 0}]}]}))
+    conversation.send(False, encode_response(1, 13, 3, {"Responses": [{"TopicId": topic_id, "Partitions": [
+        {"PartitionIndex": 0}]}]}))
+    path = str(pcapkit.write_pcap(tmp_path / "names.pcap", pcapkit.merged(
+        pcapkit.read_packets(Path(CONFLUENT)), conversation.close())))
+    lines = [line for line in run("-j", "1", path).splitlines() if "10.9.0.1" in line]
+    shown = "'evil\\x00\\x1b[31m\\nname'"
+    assert [line.split("B ", 1)[1].removeprefix("0.099ms ") for line in lines if "Produce" in line] == [
+        f"{shown}[0] 1 batch 1 record", f"{shown}[0]"]
+    assert sum(line.endswith(f"{shown}[0]") for line in lines if "Fetch" in line) == 2
+    for view in ([], ["-V"]):
+        single = run(*view, "-j", "1", path)
+        assert run(*view, "-j", "2", path) == single
+        assert "\x00" not in single and "\x1b" not in single
+    assert f"TopicId: '{topic_id}' ({shown})  uuid" in single  # the Fetch's tree names the id
+
+
 def test_a_big_tree_goes_to_the_parent_in_parts(big_trees):
     """A tree of 6,000 records leaves the worker a TREE_PART_BYTES at a time, the first part with the message's
     mentions and the others marked CONTINUED: what the parent writes of them is one process's."""

@@ -162,7 +162,7 @@ cdef void _put_topics(_LineBuilder line, dict topics) except *:
     cdef Py_ssize_t i, count
     for name, entry in topics.items():
         line.raw(" ", 1)
-        line.text(name if type(name) is str else str(name))
+        line.text(topic_text(name if type(name) is str else str(name)))
         partitions = entry[1]
         if not partitions:
             continue
@@ -176,6 +176,12 @@ cdef void _put_topics(_LineBuilder line, dict topics) except *:
         if count > PARTITIONS_SHOWN:
             line.text(f",…+{count - PARTITIONS_SHOWN}")
         line.raw("]", 1)
+
+
+cpdef str topic_text(str name):
+    """A topic's name as lines show it: as it is when printable (every valid name), else as repr() escapes it: a
+    damaged capture's bytes must not break a line, or reach a terminal as control characters."""
+    return name if name.isprintable() else repr(name)
 
 
 cpdef bytes topics_row(dict topics):

@@ -6,12 +6,13 @@ render/tree.py draws the same rows with styles.
 from __future__ import annotations
 
 import io
+import re
 import sys
 from typing import TextIO
 
 from kafkasniff.protocol.messages import Message, tree_text
 from kafkasniff.render.jsonview import token_reader
-from kafkasniff.render.oneline import TOPICS_SLOT, message_row, notice_line, topics_row
+from kafkasniff.render.oneline import TOPICS_SLOT, message_row, notice_line, topic_text, topics_row
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_bytes
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
@@ -90,13 +91,16 @@ def name_marks(text: bytes, topics: dict, names: dict) -> bytes:
     pieces, start = [], 0
     with memoryview(text) as view:  # the text between marks is copied once, by join
         while at >= 0:
-            end = text.index(b"\0", at + 1)
-            key = text[at + 1:end]
+            end = text.find(b"\0", at + 1)
+            key = text[at + 1:end] if end > at else b""
             if key == _SLOT_KEY:
                 named = topics_row(topics)
-            else:
+            elif _TOPIC_ID_MARK.fullmatch(key):
                 name = names.get(key.decode())
-                named = b"" if name is None else f" ({name})".encode()
+                named = b"" if name is None else f" ({topic_text(name)})".encode()
+            else:  # not a mark (no text of a message holds a NUL: its values and names are escaped)
+                at = text.find(b"\0", at + 1)
+                continue
             pieces += (view[start:at], named)
             start = end + 1
             at = text.find(b"\0", start)
@@ -105,3 +109,4 @@ def name_marks(text: bytes, topics: dict, names: dict) -> bytes:
 
 
 _SLOT_KEY = TOPICS_SLOT.strip("\0").encode()
+_TOPIC_ID_MARK = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -383,6 +383,20 @@ static int note_object(Writer *wr, PyObject *text) {
     return OUT_LIT(wr->text, " (") < 0 || put_object_text(wr, text) < 0 ? -1 : OUT_LIT(wr->text, ")");
 }
 
+/* A topic's name as the capture gave it: as it is when printable (every valid name), else escaped as repr() does:
+ * bytes of a damaged capture must not break the tree's lines or reach a terminal as control characters (the
+ * one-line view's rule: oneline.topic_text). */
+static int note_topic_name(Writer *wr, PyObject *name) {
+    PyObject *printable = PyObject_CallMethod(name, "isprintable", NULL);
+    if (printable == NULL)
+        return -1;
+    int plain = PyObject_IsTrue(printable);
+    Py_DECREF(printable);
+    if (plain)
+        return note_object(wr, name);
+    return OUT_LIT(wr->text, " (") < 0 || put_python_repr(wr, name) < 0 ? -1 : OUT_LIT(wr->text, ")");
+}
+
 /* A fixed-width value as the tree shows it (with its error name, API name, hex or time by role). */
 static int put_fixed(Text *t, Writer *wr, int kind, int role, const uint8_t *p) {
     if (kind == K_BOOL)
@@ -408,7 +422,7 @@ static int put_fixed(Text *t, Writer *wr, int kind, int role, const uint8_t *p) 
         PyObject *name = id ? PyDict_GetItemWithError(t->topic_names, id) : NULL;
         Py_XDECREF(id);
         if (name != NULL)
-            return note_object(wr, name);
+            return note_topic_name(wr, name);
         return PyErr_Occurred() ? -1 : 0;
     }
     if (kind == K_FLOAT64) {
