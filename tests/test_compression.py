@@ -1,6 +1,7 @@
 """Kafka codecs: every framing real clients write, and the bound on decompressed bytes."""
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -67,6 +68,19 @@ def test_lz4_legacy_header_checksum_is_accepted():
     with pytest.raises(cramjam.DecompressionError, match="headerChecksum"):
         cramjam.lz4.decompress(legacy)
     assert decompress(3, legacy, 64 * MiB) == PAYLOAD
+
+
+def test_lz4_blocks_stored_and_compressed_are_each_decompressed_in_place():
+    """Each block is decompressed where it goes in an output sized by what the blocks can make at most: a stored
+    block (its size's high bit set) beside compressed ones, to the byte, and the limit to the byte."""
+    stored, rest = PAYLOAD[:1000], PAYLOAD[1000:31000]  # blocks of at most 64 KiB decompressed
+    compressed = bytes(cramjam.lz4.compress_block(rest, store_size=False))
+    frame = (compress(3, b"")[:7] + struct.pack("<I", len(stored) | 0x80000000) + stored
+             + struct.pack("<I", len(compressed)) + compressed + struct.pack("<I", 0))
+    assert decompress(3, frame, 64 * MiB) == stored + rest == decompress(3, frame, 31000)
+    for limit in (31000 - 1, len(stored) - 1):
+        with pytest.raises(DecompressedTooLarge, match=f"exceeds {limit} bytes limit"):
+            decompress(3, frame, limit)
 
 
 def test_exact_limit_is_allowed_one_byte_less_is_not():
