@@ -408,28 +408,38 @@ def test_metrics_port_serves_what_the_sniffer_decodes_and_top_shows_it(broker, u
     assert [group, "│", topic, "│", "0", "│", "0"] in [line.split()[:7] for line in screen.splitlines()]
 
 
+def sniffed_and_decoded(broker, tmp_path, view: list[str], jobs: str, traffic) -> tuple[str, str]:
+    """What `sniff VIEW -j JOBS -w FILE` wrote while `traffic()` ran (nothing dropped), and what `decode VIEW -j 1`
+    writes of the capture it wrote."""
+    pcap_path, written = tmp_path / "sniffed.pcap", tmp_path / "written.txt"
+    sniffer = Sniffer(["-i", "lo", "--port", str(broker.port), *view, "-w", str(pcap_path), "-j", jobs],
+                      written).wait_ready()
+    traffic()
+    assert sniffer.finish() == 0
+    assert sniffer.summary()[3] == 0
+    decoded = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", *view, "-j", "1", str(pcap_path)],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert decoded.returncode == 0, decoded.stderr
+    return written.read_text(), decoded.stdout
+
+
 def test_stats_on_workers_count_what_the_written_capture_counts(broker, unique_name, tmp_path):
     """`sniff --stats -j 3`: the workers count each message's API, client and bytes, this process its topics and the
     analyses in capture order; the tables are those of `decode --stats` of the capture it wrote, in one process."""
     topic, group = unique_name(), unique_name("stats-group")
     broker.create_topic(topic, partitions=2)
-    pcap_path = tmp_path / "stats.pcap"
-    tables = tmp_path / "tables.txt"
-    sniffer = Sniffer(["-i", "lo", "--port", str(broker.port), "--stats", "-w", str(pcap_path), "-j", "3"],
-                      tables).wait_ready()
-    produce_kafka_python(broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(7)])
-    assert len(group_session_kafka_python(broker.bootstrap, topic, group, 7).consumed) == 7
-    time.sleep(0.5)  # the client's last requests after leaving
-    assert sniffer.finish() == 0
-    assert sniffer.summary()[3] == 0
-    decoded = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "--stats", "-j", "1", str(pcap_path)],
-                             cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert decoded.returncode == 0, decoded.stderr
-    assert tables.read_text() == decoded.stdout
+
+    def traffic():
+        produce_kafka_python(broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(7)])
+        assert len(group_session_kafka_python(broker.bootstrap, topic, group, 7).consumed) == 7
+        time.sleep(0.5)  # the client's last requests after leaving
+
+    tables, decoded = sniffed_and_decoded(broker, tmp_path, ["--stats"], "3", traffic)
+    assert tables == decoded
     for api in ("Produce", "Fetch", "JoinGroup", "OffsetCommit"):
-        assert re.search(rf"^ {api} +│ +[1-9]", decoded.stdout, re.MULTILINE), api
+        assert re.search(rf"^ {api} +│ +[1-9]", decoded, re.MULTILINE), api
     # the 7 records produced, and fetched by the group
-    assert re.search(rf"^ {topic} +│ +[0-9,]+ │ +[0-9,]+ │ +7 │ +7$", decoded.stdout, re.MULTILINE)
+    assert re.search(rf"^ {topic} +│ +[0-9,]+ │ +[0-9,]+ │ +7 │ +7$", decoded, re.MULTILINE)
 
 
 def test_trees_on_workers_are_those_of_the_written_capture(broker, unique_name, tmp_path):
@@ -437,17 +447,10 @@ def test_trees_on_workers_are_those_of_the_written_capture(broker, unique_name, 
     order; what it wrote is `decode -V` of the capture it wrote, in one process."""
     topic = unique_name()
     broker.create_topic(topic, partitions=2)
-    pcap_path = tmp_path / "trees.pcap"
-    trees = tmp_path / "trees.txt"
-    sniffer = Sniffer(["-i", "lo", "--port", str(broker.port), "-V", "-w", str(pcap_path), "-j", "2"],
-                      trees).wait_ready()
-    produce_kafka_python(broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(7)])
-    assert sniffer.finish() == 0
-    decoded = subprocess.run([sys.executable, "-m", "kafkasniff", "decode", "-V", "-j", "1", str(pcap_path)],
-                             cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert decoded.returncode == 0, decoded.stderr
-    assert trees.read_text() == decoded.stdout
-    assert decoded.stdout.count(f"Name: '{topic}'") >= 2 and "value: 'v6'" in decoded.stdout
+    trees, decoded = sniffed_and_decoded(broker, tmp_path, ["-V"], "2", lambda: produce_kafka_python(
+        broker.bootstrap, topic, [Message(b"k%d" % i, b"v%d" % i) for i in range(7)]))
+    assert trees == decoded
+    assert decoded.count(f"Name: '{topic}'") >= 2 and "value: 'v6'" in decoded
 
 
 # -- the ring itself, read in this process -------------------------------------------------------------
