@@ -2,8 +2,9 @@
 
 Small captures (a few KB) whose record batches decompress to 63 MiB: of zeros (zstd, sixteen such batches in
 one frame, a legacy gzip wrapper), and of the smallest valid records (9.4 million of them). Each view runs as
-its own process; its peak resident memory must stay under 200 MB. (These captures are far below the size at
-which decode starts worker processes, so one process is the whole tree.)
+its own process; its peak resident memory must stay under 200 MB. These captures are far below the size at
+which decode starts worker processes, so one process is the whole tree; with `-j 2` (as a big capture holding
+such a message would be decoded) the whole tree must stay under it too, and the output be the same.
 """
 
 from __future__ import annotations
@@ -80,3 +81,15 @@ def test_hostile_records_stay_in_bounded_memory(captures, case, view):
         assert wrapper["records"] == [{"malformed": {"offset": 8, "reason": (
             "length 0 leaves no room for a magic byte (and 5505023 more that do not decode: 66060288 bytes in all)"
         )}}]
+
+
+@pytest.mark.parametrize("view", ["json", "tree"])
+@pytest.mark.parametrize("case", CASES)
+def test_hostile_records_on_workers_stay_in_bounded_memory(captures, case, view):
+    """A worker writes a message with records in parts as it makes them (JSON, like a tree): 9.4 million records
+    of 2.5 KB on the wire are 604 MB of JSON, which a worker once made whole, pickled and sent (1.8 GB in all)."""
+    one_process = decode_measured(captures[case], [*VIEWS[view], "-j", "1"])
+    done = decode_measured(captures[case], [*VIEWS[view], "-j", "2"])
+    assert done.returncode == 0, done.stderr
+    assert done.tree_mb < PEAK_LIMIT_MB and done.peak_mb < PEAK_LIMIT_MB, f"{case}, {view}: {done.tree_mb:.0f} MB"
+    assert (done.size, done.records, done.head) == (one_process.size, one_process.records, one_process.head)

@@ -195,16 +195,6 @@ def test_a_big_tree_goes_to_the_parent_in_parts(big_trees):
     mentions and the others marked CONTINUED: what the parent writes of them is one process's."""
     options = decode.make_options(True, False, False, (), (), (), (), False, False, False, False)
 
-    class Parts:
-        def __init__(self):
-            self.items = []
-
-        def add(self, rendered):
-            self.items.append(rendered)
-
-        def add_big(self, data, mentions):
-            self.items.append((bytes(data), mentions))
-
     worker, parts, big = Output(options, out=open(os.devnull, "w")), Parts(), 0
     with open_capture(big_trees) as reader:
         for ev in Analyzer().run(reader.segments()):
@@ -243,19 +233,39 @@ def test_default_workers(monkeypatch, cores, size_mb, packets, view, expected):
     assert decode.default_jobs(reader, OutputOptions(view=view)) == expected
 
 
-def test_workers_hand_big_messages_to_the_parent_to_render():
-    """Their JSON is several times their bytes: made where it is written, it crosses no pipe. The comparisons
-    with one process above check what the parent writes of them (test_hostile_input.py: of other big messages)."""
+class Parts:
+    """What Output.render hands a worker's replies, kept: (text, mentions, topics or CONTINUED) items."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, rendered):
+        self.items.append(rendered)
+
+    def add_big(self, data, mentions):
+        self.items.append((bytes(data), mentions))
+
+
+def test_workers_hand_big_messages_to_the_parent_and_write_records_in_parts():
+    """A message of 16 KiB or more goes to the parent whole: its JSON is several times its bytes, and made where it is
+    written it crosses no pipe. A smaller one with records is written in parts as it is made: a few KB of compressed
+    records can make hundreds of MB of JSON (test_hostile_memory.py). The comparisons with one process above check
+    what the parent writes of both."""
     output = Output(decode.make_options(False, False, True, (), (), (), (), False, False, False, False))
-    handed, rendered = 0, 0
+    handed = in_parts = whole = 0
     with open_capture(CONFLUENT) as reader:
         for ev in Analyzer().run(reader.segments()):
-            line, _ = output.render(ev)
+            parts = Parts()
+            rendered = output.render(ev, parts)
             big = type(ev) is MessageEvent and len(ev.payload) >= RENDERED_BY_PARENT
-            assert (line is ev) == bool(big)
-            handed += line is ev
-            rendered += type(line) is bytes
-    assert (handed, rendered) == (2, 203)  # a 1 MiB Produce request, its 1 MiB Fetch response
+            assert (rendered is not None and rendered[0] is ev) == big
+            handed += big
+            if rendered is None:
+                assert ev.message.batches and len(parts.items) == 1  # small: one part
+                in_parts += 1
+            else:
+                whole += type(rendered[0]) is bytes
+    assert (handed, in_parts, whole) == (2, 24, 179)  # a 1 MiB Produce request, its 1 MiB Fetch response
 
 
 def message_identities(lines: list[str]) -> list[tuple]:

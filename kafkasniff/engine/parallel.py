@@ -18,10 +18,11 @@ the pipes and the parent is bounded, whatever a batch's bytes make (700,000 requ
 14 bytes in one connection: 220 MB of JSON), and a slow worker holds up the others
 instead of letting them run ahead.
 
--V: a message's tree comes in parts (Output.render); a part of TREE_PART_BYTES or more is sent
-out of band, as it is, right after the pickled reply whose last item stands for it (its bytes
-None): pickling, copying and unpickling 300 MB of text cost more than making it; through a wide
-pipe it costs a few copies by the kernel.
+-V, and --json of a message with records: its text comes in parts as it is made (Output.render); a
+part of TREE_PART_BYTES or more is sent out of band, as it is, right after the pickled reply whose
+last item stands for it (its bytes None): pickling, copying and unpickling 300 MB of text cost more
+than making it; through a wide pipe it costs a few copies by the kernel. And nothing holds a whole
+message's text: a few KB of compressed records can make 600 MB of JSON.
 """
 
 from __future__ import annotations

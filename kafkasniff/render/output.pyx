@@ -123,6 +123,8 @@ cdef class Output:
     cdef bint _line_view, _json_view, _prints_events, _show_secrets, _filters, _by_topic
     cdef bint _plain_tree  # -V into a file or pipe: workers can render it
     cdef object _part_topics  # delivering a tree in parts: the message's topics, or None when it is not shown
+    cdef object _dumps  # --json: orjson.dumps, and the topics list a worker's line holds for the parent to fill
+    cdef bytes _placeholder_json
 
     def __init__(self, options: OutputOptions, out: TextIO | None = None):
         self.options = options
@@ -146,9 +148,13 @@ cdef class Output:
             self.stats, self._counted, self._stats_totals = Stats(), counted, TOTALS
         self.json_line = None
         if options.view == "json":
+            import orjson
+
             from kafkasniff.render.jsonview import event_line as json_line
 
             self.json_line = json_line
+            self._dumps = orjson.dumps
+            self._placeholder_json = orjson.dumps([TOPICS_PLACEHOLDER])
         self.tree = None
         if options.view == "tree" and options.prints_events:
             if options.hex or (out or sys.stdout).isatty():
@@ -281,12 +287,12 @@ cdef class Output:
                 return self.tree.event_text(ev).encode(), None
             mentions = event_mentions(ev)
             if not _names_only(mentions):
-                _TreeParts(parts, mentions).write_message(self.tree, ev, TOPICS_SLOT)
+                _Parts(parts, mentions).write_tree(self.tree, ev, TOPICS_SLOT)
                 return None
             topics = self._resolve(mentions)  # nothing to learn or look up: the topics are final here
             if self._by_topic and self.options.topics.isdisjoint(topics):
                 return None
-            _TreeParts(parts, topics).write_message(self.tree, ev, topics)
+            _Parts(parts, topics).write_tree(self.tree, ev, topics)
             return None
         if self.stats is not None:  # --stats alone: what it counts of the event (a tuple), counted by `deliver`
             counted_item = self._counted(ev, ev.conn.stream if ev.conn is not None else None)
@@ -308,17 +314,26 @@ cdef class Output:
                 if self._by_topic and self.options.topics.isdisjoint(topics):
                     return None
                 if self._json_view:
-                    if len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
-                        return ev, mentions
-                    return self.json_line(ev, self._show_secrets, topics), None
+                    return self._json_apart(ev, mentions, topics, parts)
                 return message_row(ev, topics), None
         if self._json_view:
             if type(ev) is MessageEvent:
-                if len((<MessageEvent>ev).payload) >= RENDERED_BY_PARENT:
-                    return ev, mentions
-                return self.json_line(ev, self._show_secrets, [TOPICS_PLACEHOLDER]), mentions
+                return self._json_apart(ev, mentions, None, parts)
             return self.json_line(ev, self._show_secrets, None), mentions
         return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions
+
+    cdef tuple _json_apart(self, MessageEvent ev, list mentions, dict topics, parts):
+        """A message's JSON on a worker (`topics`: resolved there, or None: TOPICS_PLACEHOLDER for the parent). A big
+        message goes to the parent whole (RENDERED_BY_PARENT); one with record batches goes to `parts` as it is
+        made, as a tree does: a few KB of compressed records can make hundreds of MB of JSON."""
+        if len(ev.payload) >= RENDERED_BY_PARENT:
+            return ev, mentions
+        if ev.message.batches:
+            _Parts(parts, topics if topics is not None else mentions).write_json(self, ev, topics)
+            return None
+        if topics is not None:
+            return self.json_line(ev, self._show_secrets, topics), None
+        return self.json_line(ev, self._show_secrets, [TOPICS_PLACEHOLDER]), mentions
 
     def render_end(self) -> list:
         """What a worker renders once it has rendered its last event: with --stats alone, its totals (what
@@ -328,19 +343,29 @@ cdef class Output:
         return [((*self._apart.totals(), self._shown_apart), None)]
 
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
-        """Write rendered events, in capture order: (line, mentions) each, or (event, mentions) for an event the
-        parent renders (RENDERED_BY_PARENT)."""
+        """Write rendered events, in capture order: (line, mentions) each, (event, mentions) for an event the
+        parent renders (RENDERED_BY_PARENT), or a message's parts (render: mentions, topics or CONTINUED)."""
         cdef object line, mentions
         chunks = []
         for line, mentions in rendered:
             if line is LEARN_ONLY:
                 self._resolve(mentions)
                 continue
-            if self._plain_tree:
+            if type(line) is MessageEvent:
+                topics = self._resolve(mentions)
+                if self.options.topics and self.options.topics.isdisjoint(topics):
+                    continue
+                self.write_bytes(b"".join(chunks))
+                chunks.clear()
+                self.shown += 1
+                self.write_bytes(self.json_line(line, self._show_secrets, topics, self.write_bytes))
+                continue
+            if self._plain_tree or self._json_view:  # a message's text, whole or in parts (render), or another event's
                 if mentions is CONTINUED:
                     if self._part_topics is None:  # the message is not shown
                         continue
-                    line = self._name_marks(line, self._part_topics)
+                    if self._plain_tree:
+                        line = self._name_marks(line, self._part_topics)
                 elif mentions is not None:  # a message's first part
                     if type(mentions) is dict:  # its topics, final in the worker (a filter has kept them)
                         topics = mentions
@@ -350,8 +375,11 @@ cdef class Output:
                             self._part_topics = None
                             continue
                     self._part_topics = topics
+                    if self._plain_tree:
+                        line = self._name_marks(line, topics)
+                    elif type(mentions) is not dict:  # the topics in the JSON's head, the start of its first part
+                        line = line.replace(self._placeholder_json, self._dumps(list(topics)), 1)
                     self.shown += 1
-                    line = self._name_marks(line, topics)
                 else:
                     self.shown += 1
                 if len(line) >= OUTPUT_BLOCK:  # written as it is, not joined first
@@ -371,25 +399,11 @@ cdef class Output:
                     self.shown += <long long>line[2]
                 self.stats.count(line, topics)
                 continue
-            if type(line) is MessageEvent:
+            if mentions is not None:  # the one-line view's
                 topics = self._resolve(mentions)
                 if self.options.topics and self.options.topics.isdisjoint(topics):
                     continue
-                self.write_bytes(b"".join(chunks))
-                chunks.clear()
-                self.shown += 1
-                self.write_bytes(self.json_line(line, self._show_secrets, topics, self.write_bytes))
-                continue
-            if mentions is not None:
-                topics = self._resolve(mentions)
-                if self.options.topics and self.options.topics.isdisjoint(topics):
-                    continue
-                if self.options.view == "json":
-                    import orjson
-
-                    line = line.replace(orjson.dumps([TOPICS_PLACEHOLDER]), orjson.dumps(list(topics)), 1)
-                else:
-                    line = line.replace(_SLOT_BYTES, topics_row(topics), 1)
+                line = line.replace(_SLOT_BYTES, topics_row(topics), 1)
             chunks.append(line)
             self.shown += 1
         self.write_bytes(b"".join(chunks))
@@ -421,10 +435,10 @@ cdef class Output:
         self.flush()
 
 
-cdef class _TreeParts:
-    """A message's tree rendered by a parallel worker (Output.render): its text gathered as it is made and handed
-    to the worker's `parts` a TREE_PART_BYTES at a time, the first with the message's mentions (a list) or, when
-    they name no topic id, its topics (a dict: the headline holds them already)."""
+cdef class _Parts:
+    """What a parallel worker makes of a message in parts (Output.render: a tree, or JSON with records): its text
+    gathered as it is made and handed to the worker's `parts` a TREE_PART_BYTES at a time, the first with the
+    message's mentions (a list) or, when they name no topic id, its topics (a dict: the text holds them already)."""
 
     cdef object parts, mentions
     cdef bytearray text
@@ -434,13 +448,17 @@ cdef class _TreeParts:
         self.mentions = mentions
         self.text = bytearray()
 
-    def write_message(self, tree, MessageEvent ev, topics):
+    def write_tree(self, tree, MessageEvent ev, topics):
         tree.write_message(ev, topics, MARK_TOPIC_IDS, self.write)
-        if self.text or self.mentions is not CONTINUED:
-            self.parts.add((bytes(self.text), self.mentions))
+        self._end()
+
+    def write_json(self, Output output, MessageEvent ev, dict topics):
+        self.write(output.json_line(ev, output._show_secrets, [TOPICS_PLACEHOLDER] if topics is None else topics,
+                                    self.write))
+        self._end()
 
     def write(self, data) -> None:
-        """Bytes, or a view valid during the call (whole lines)."""
+        """Bytes, or a view valid during the call (whole lines of a tree, whole batches of JSON)."""
         if not self.text and len(data) >= TREE_PART_BYTES:  # a chunk of the walker's: sent from its buffer
             self.parts.add_big(data, self.mentions)
             self.mentions = CONTINUED
@@ -450,6 +468,10 @@ cdef class _TreeParts:
             self.parts.add_big(self.text, self.mentions)
             self.mentions = CONTINUED
             del self.text[:]
+
+    cdef _end(self):
+        if self.text or self.mentions is not CONTINUED:
+            self.parts.add((bytes(self.text), self.mentions))
 
 
 def stdout_gone() -> None:
