@@ -193,8 +193,8 @@ def _lz4_frame(data, limit: int) -> bytearray:
         raise DecompressionFailed(f"lz4: invalid block size code {(bd >> 4) & 7}")
     has_block_checksum = bool(flg & 0x10)
     pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0) + 1  # + content size, dict id, HC
-    blocks = []  # (start, size, compressed) of each block, and what they can make at most: the output's size
-    most_made = 0
+    blocks = []  # (start, size, the most it can make, or None: stored as it is) of each block
+    most_made = 0  # the output's size
     while True:
         if pos + 4 > end:
             raise DecompressionFailed("lz4: frame ends without an end mark")
@@ -205,24 +205,23 @@ def _lz4_frame(data, limit: int) -> bytearray:
         size = word & ~_LZ4_UNCOMPRESSED_BIT
         if size > block_max or pos + size > end:
             raise DecompressionFailed(f"lz4: block of {size} bytes at byte {pos - 4} does not fit")
-        compressed = not word & _LZ4_UNCOMPRESSED_BIT
-        blocks.append((pos, size, compressed))
-        most_made += min(block_max, _LZ4_MAX_RATIO * size + _LZ4_MAX_EXTRA) if compressed else size
+        most = None if word & _LZ4_UNCOMPRESSED_BIT else min(block_max, _LZ4_MAX_RATIO * size + _LZ4_MAX_EXTRA)
+        blocks.append((pos, size, most))
+        most_made += size if most is None else most
         pos += size + (4 if has_block_checksum else 0)
     # Each block decompressed where it goes, instead of appended to a growing output
     out = unfilled(min(most_made, limit))
     made = 0
     with memoryview(data) as source, memoryview(out) as into:
-        for start, size, compressed in blocks:
+        for start, size, most in blocks:
             block = source[start:start + size]
             room = len(out) - made
-            if not compressed:
+            if most is None:
                 if size > room:
                     raise DecompressedTooLarge(limit)
                 into[made:made + size] = block
                 made += size
                 continue
-            most = min(block_max, _LZ4_MAX_RATIO * size + _LZ4_MAX_EXTRA)
             if most <= room:
                 made += cramjam.lz4.decompress_block_into(block, into[made:made + most])
                 continue

@@ -4,6 +4,12 @@
 Compiled: every message that names topics is resolved here (the one-line view, --stats and the analyses)."""
 
 
+cpdef str topic_text(str name):
+    """A topic's name as lines show it: as it is when printable (every valid name), else as repr() escapes it: a
+    damaged capture's bytes must not break a line, or reach a terminal as control characters."""
+    return name if name.isprintable() else repr(name)
+
+
 cdef class TopicNames:
     """Topic names a message mentions, with the records it carries for each.
 

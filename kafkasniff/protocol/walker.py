@@ -24,6 +24,7 @@ from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.program import program_for
 from kafkasniff.protocol.schema import data_variant, data_version_range
+from kafkasniff.protocol.topics import topic_text
 
 # Decompressed bytes one record batch, and one message in all, may produce: what is beyond is not shown.
 DEFAULT_MAX_DECOMPRESSED = 64 * MiB
@@ -71,7 +72,7 @@ _walk.set_hooks({
     "field_type": Field, "malformed_type": Malformed, "error_name": error_name, "decompress": decompress,
     "decompression_failed": DecompressionFailed, "too_large": DecompressedTooLarge, "embedded": embedded_program,
     "embedded_size": embedded_size, "crc32c": lambda data: crc32c(data), "crc32": zlib.crc32,
-    "float_json": float_json,
+    "float_json": float_json, "topic_text": topic_text,
 })
 
 

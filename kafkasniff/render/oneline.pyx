@@ -11,6 +11,7 @@ from libc.stdio cimport snprintf
 from libc.string cimport memcpy
 
 from kafkasniff.protocol.schema import record_apis
+from kafkasniff.protocol.topics import topic_text
 from kafkasniff.render.values import FRAME_PREFIX, error_names
 from kafkasniff.stream.session import endpoint_text
 
@@ -176,12 +177,6 @@ cdef void _put_topics(_LineBuilder line, dict topics) except *:
         if count > PARTITIONS_SHOWN:
             line.text(f",…+{count - PARTITIONS_SHOWN}")
         line.raw("]", 1)
-
-
-cpdef str topic_text(str name):
-    """A topic's name as lines show it: as it is when printable (every valid name), else as repr() escapes it: a
-    damaged capture's bytes must not break a line, or reach a terminal as control characters."""
-    return name if name.isprintable() else repr(name)
 
 
 cpdef bytes topics_row(dict topics):

@@ -282,18 +282,6 @@ cdef class Output:
                 if _teaches(mentions):  # not shown, but its (topic id, name) pairs name ids in later messages
                     return LEARN_ONLY, mentions
             return None
-        if self._plain_tree:
-            if type(ev) is not MessageEvent:
-                return self.tree.event_text(ev).encode(), None
-            mentions = event_mentions(ev)
-            if not _names_only(mentions):
-                _Parts(parts, mentions).write_tree(self.tree, ev, TOPICS_SLOT)
-                return None
-            topics = self._resolve(mentions)  # nothing to learn or look up: the topics are final here
-            if self._by_topic and self.options.topics.isdisjoint(topics):
-                return None
-            _Parts(parts, topics).write_tree(self.tree, ev, topics)
-            return None
         if self.stats is not None:  # --stats alone: what it counts of the event (a tuple), counted by `deliver`
             counted_item = self._counted(ev, ev.conn.stream if ev.conn is not None else None)
             if counted_item is None:
@@ -306,20 +294,26 @@ cdef class Output:
             self._shown_apart += 1
             left = self._apart.count_apart(counted_item, bool(mentions))
             return (left, mentions) if left is not None else None
-        mentions = None
-        if type(ev) is MessageEvent and (self._by_topic or self._json_view or learns_or_shows_topics(ev)):
+        mentions = topics = None
+        message = type(ev) is MessageEvent
+        if message and (self._by_topic or self._json_view or self._plain_tree or learns_or_shows_topics(ev)):
             mentions = event_mentions(ev)
             if _names_only(mentions):  # nothing to learn or look up: the topics are final here
                 topics = self._resolve(mentions)
                 if self._by_topic and self.options.topics.isdisjoint(topics):
                     return None
-                if self._json_view:
-                    return self._json_apart(ev, mentions, topics, parts)
-                return message_row(ev, topics), None
+        if self._plain_tree:
+            if not message:
+                return self.tree.event_text(ev).encode(), None
+            _Parts(parts, mentions if topics is None else topics).write_tree(
+                self.tree, ev, TOPICS_SLOT if topics is None else topics)
+            return None
         if self._json_view:
-            if type(ev) is MessageEvent:
-                return self._json_apart(ev, mentions, None, parts)
-            return self.json_line(ev, self._show_secrets, None), mentions
+            if message:
+                return self._json_apart(ev, mentions, topics, parts)
+            return self.json_line(ev, self._show_secrets, None), None
+        if topics is not None:
+            return message_row(ev, topics), None
         return event_row(ev, self._show_secrets, TOPICS_SLOT), mentions
 
     cdef tuple _json_apart(self, MessageEvent ev, list mentions, dict topics, parts):
@@ -329,7 +323,7 @@ cdef class Output:
         if len(ev.payload) >= RENDERED_BY_PARENT:
             return ev, mentions
         if ev.message.batches:
-            _Parts(parts, topics if topics is not None else mentions).write_json(self, ev, topics)
+            _Parts(parts, mentions if topics is None else topics).write_json(self, ev, topics)
             return None
         if topics is not None:
             return self.json_line(ev, self._show_secrets, topics), None
@@ -352,8 +346,8 @@ cdef class Output:
                 self._resolve(mentions)
                 continue
             if type(line) is MessageEvent:
-                topics = self._resolve(mentions)
-                if self.options.topics and self.options.topics.isdisjoint(topics):
+                topics = self._kept(mentions)
+                if topics is None:
                     continue
                 self.write_bytes(b"".join(chunks))
                 chunks.clear()
@@ -367,14 +361,11 @@ cdef class Output:
                     if self._plain_tree:
                         line = self._name_marks(line, self._part_topics)
                 elif mentions is not None:  # a message's first part
-                    if type(mentions) is dict:  # its topics, final in the worker (a filter has kept them)
-                        topics = mentions
-                    else:
-                        topics = self._resolve(mentions)
-                        if self.options.topics and self.options.topics.isdisjoint(topics):
-                            self._part_topics = None
-                            continue
+                    # its topics, final in the worker (a filter has kept them), or resolved here
+                    topics = mentions if type(mentions) is dict else self._kept(mentions)
                     self._part_topics = topics
+                    if topics is None:
+                        continue
                     if self._plain_tree:
                         line = self._name_marks(line, topics)
                     elif type(mentions) is not dict:  # the topics in the JSON's head, the start of its first part
@@ -400,13 +391,20 @@ cdef class Output:
                 self.stats.count(line, topics)
                 continue
             if mentions is not None:  # the one-line view's
-                topics = self._resolve(mentions)
-                if self.options.topics and self.options.topics.isdisjoint(topics):
+                topics = self._kept(mentions)
+                if topics is None:
                     continue
                 line = line.replace(_SLOT_BYTES, topics_row(topics), 1)
             chunks.append(line)
             self.shown += 1
         self.write_bytes(b"".join(chunks))
+
+    cdef dict _kept(self, list mentions):
+        """The topics of a message the parent resolves (learning the names it gives), or None when --topic drops it."""
+        topics = self._resolve(mentions)
+        if self.options.topics and self.options.topics.isdisjoint(topics):
+            return None
+        return topics
 
     cdef _name_marks(self, line, dict topics):
         return self.tree.name_marks(line, topics) if b"\0" in line else line  # mostly, nothing to name
@@ -460,14 +458,16 @@ cdef class _Parts:
     def write(self, data) -> None:
         """Bytes, or a view valid during the call (whole lines of a tree, whole batches of JSON)."""
         if not self.text and len(data) >= TREE_PART_BYTES:  # a chunk of the walker's: sent from its buffer
-            self.parts.add_big(data, self.mentions)
-            self.mentions = CONTINUED
+            self._send(data)
             return
         self.text += data
         if len(self.text) >= TREE_PART_BYTES:
-            self.parts.add_big(self.text, self.mentions)
-            self.mentions = CONTINUED
+            self._send(self.text)
             del self.text[:]
+
+    cdef _send(self, data):
+        self.parts.add_big(data, self.mentions)
+        self.mentions = CONTINUED
 
     cdef _end(self):
         if self.text or self.mentions is not CONTINUED:

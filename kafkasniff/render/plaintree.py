@@ -11,8 +11,9 @@ import sys
 from typing import TextIO
 
 from kafkasniff.protocol.messages import Message, tree_text
+from kafkasniff.protocol.topics import topic_text
 from kafkasniff.render.jsonview import token_reader
-from kafkasniff.render.oneline import TOPICS_SLOT, message_row, notice_line, topic_text, topics_row
+from kafkasniff.render.oneline import TOPICS_SLOT, message_row, notice_line, topics_row
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_bytes
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 

@@ -383,18 +383,14 @@ static int note_object(Writer *wr, PyObject *text) {
     return OUT_LIT(wr->text, " (") < 0 || put_object_text(wr, text) < 0 ? -1 : OUT_LIT(wr->text, ")");
 }
 
-/* A topic's name as the capture gave it: as it is when printable (every valid name), else escaped as repr() does:
- * bytes of a damaged capture must not break the tree's lines or reach a terminal as control characters (the
- * one-line view's rule: oneline.topic_text). */
+/* A topic's name as the capture gave it, as every view shows it (topics.topic_text: escaped unless printable). */
 static int note_topic_name(Writer *wr, PyObject *name) {
-    PyObject *printable = PyObject_CallMethod(name, "isprintable", NULL);
-    if (printable == NULL)
+    PyObject *text = PyObject_CallOneArg(hook(H_TOPIC_TEXT), name);
+    if (text == NULL)
         return -1;
-    int plain = PyObject_IsTrue(printable);
-    Py_DECREF(printable);
-    if (plain)
-        return note_object(wr, name);
-    return OUT_LIT(wr->text, " (") < 0 || put_python_repr(wr, name) < 0 ? -1 : OUT_LIT(wr->text, ")");
+    int failed = note_object(wr, text);
+    Py_DECREF(text);
+    return failed;
 }
 
 /* A fixed-width value as the tree shows it (with its error name, API name, hex or time by role). */

@@ -530,7 +530,7 @@ int error_code_known(int64_t code) {
 static PyObject *set_hooks(PyObject *self, PyObject *args) {
     static const char *const names[H_COUNT] = {
         "field_type", "malformed_type", "error_name", "decompress", "decompression_failed", "too_large",
-        "embedded", "embedded_size", "crc32c", "crc32", "float_json"};
+        "embedded", "embedded_size", "crc32c", "crc32", "float_json", "topic_text"};
     PyObject *given;
     if (!PyArg_ParseTuple(args, "O!:set_hooks", &PyDict_Type, &given))
         return NULL;

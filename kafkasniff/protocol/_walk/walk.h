@@ -119,7 +119,8 @@ int64_t fixed_value(int kind, const uint8_t *p); /* a fixed-width integer (or bo
 int utf8_valid(const uint8_t *p, Py_ssize_t n);
 PyObject *hook(int which);
 enum hooks { H_FIELD_TYPE, H_MALFORMED_TYPE, H_ERROR_NAME, H_DECOMPRESS, H_DECOMPRESSION_FAILED,
-             H_TOO_LARGE, H_EMBEDDED, H_EMBEDDED_SIZE, H_CRC32C, H_CRC32, H_FLOAT_JSON, H_COUNT };
+             H_TOO_LARGE, H_EMBEDDED, H_EMBEDDED_SIZE, H_CRC32C, H_CRC32, H_FLOAT_JSON, H_TOPIC_TEXT,
+             H_COUNT };
 const Program *embedded_program(int which, int version);
 PyObject *error_name_of(int64_t code);
 int error_code_known(int64_t code);
