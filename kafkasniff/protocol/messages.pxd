@@ -20,3 +20,9 @@ cdef class Message:
     cdef public object trailing
     cdef public Py_ssize_t offset, end
     cdef public str sasl_mechanism            # SaslAuthenticate: the mechanism its session agreed
+
+
+# The stream layer's: a frame's payload summarized without its Field trees (decode_request and
+# decode_response_for_request with skim=True, without their Python calls).
+cdef Message skim_request(bytes payload)
+cdef Message skim_response(bytes payload, int api_key, int api_version)

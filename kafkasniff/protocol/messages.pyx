@@ -11,7 +11,9 @@ a complete body as a `trailing` field.
 
 from typing import Iterator
 
-from kafkasniff.protocol import _walk, quirks, walker
+from kafkasniff.protocol import _walk, walker
+from kafkasniff.protocol.quirks cimport response_version_fallbacks
+from kafkasniff.protocol.quirks import request_header_version, response_header_version
 from kafkasniff.protocol.embedded import EMBEDDED_ROLES
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.program import program_for
@@ -77,16 +79,17 @@ cdef class _Layout:
 
 # Layouts of the versions Kafka defines, made once each; a (key, version) it does not define gets a layout made
 # for the message, so that bytes naming endless made-up versions do not grow the cache.
-cdef dict _layouts = {}
+cdef dict _request_layouts = {}, _response_layouts = {}  # by (API key << 16 | version): no tuple to make and hash
 
 
 cdef _Layout _layout(str kind, int key, int version):
-    cache_key = (kind, key, version)
-    cdef _Layout layout = _layouts.get(cache_key)
+    cdef dict layouts = _request_layouts if kind == REQUEST else _response_layouts
+    cache_key = (key << 16) | (version & 0xFFFF)
+    cdef _Layout layout = layouts.get(cache_key)
     if layout is None:
         layout = _Layout(kind, key, version)
         if layout.problem is None:
-            _layouts[cache_key] = layout
+            layouts[cache_key] = layout
     return layout
 
 
@@ -99,7 +102,7 @@ def _version_problem(api_key: int, api_version: int, kind: str) -> str | None:
     return None
 
 
-_HEADER_VERSION = {REQUEST: quirks.request_header_version, RESPONSE: quirks.response_header_version}
+_HEADER_VERSION = {REQUEST: request_header_version, RESPONSE: response_header_version}
 
 
 cdef inline int _int16_at(buf, Py_ssize_t at):
@@ -109,6 +112,14 @@ cdef inline int _int16_at(buf, Py_ssize_t at):
 
 def decode_request(buf, Py_ssize_t pos=0, end=None, *, bint skim=False) -> Message:
     cdef Py_ssize_t stop = len(buf) if end is None else min(end, len(buf))
+    return _request(buf, pos, stop, skim)
+
+
+cdef Message skim_request(bytes payload):
+    return _request(payload, 0, len(payload), True)
+
+
+cdef Message _request(buf, Py_ssize_t pos, Py_ssize_t stop, bint skim):
     cdef Message msg
     if stop - pos < 4:
         msg = Message(REQUEST, None, None, pos, stop)
@@ -139,12 +150,21 @@ def decode_response_for_request(buf, int api_key, int api_version, Py_ssize_t po
                                 bint skim=False) -> Message:
     """Decode a response at its request's version, honouring Kafka's version fallbacks."""
     cdef Py_ssize_t stop = len(buf) if end is None else min(end, len(buf))
+    return _response(buf, api_key, api_version, pos, stop, skim)
+
+
+cdef Message skim_response(bytes payload, int api_key, int api_version):
+    return _response(payload, api_key, api_version, 0, len(payload), True)
+
+
+cdef Message _response(buf, int api_key, int api_version, Py_ssize_t pos, Py_ssize_t stop, bint skim):
     cdef Message msg, first = None
-    for version in quirks.response_version_fallbacks(api_key, api_version):
+    for version in response_version_fallbacks(api_key, api_version):
         msg = _decode(RESPONSE, api_key, version, buf, pos, stop, skim)
-        if msg.complete:
+        if msg.malformed is None and msg.trailing is None:  # complete
             return msg
-        first = first or msg
+        if first is None:
+            first = msg
     return first
 
 

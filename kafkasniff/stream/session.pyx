@@ -20,11 +20,14 @@ hint only orders the guesses where the bytes fit either way.
 import struct
 from itertools import islice
 
-from kafkasniff.protocol import quirks, sasl
+from kafkasniff.protocol import sasl
 from kafkasniff.protocol.embedded import SASL_AUTHENTICATE
 from kafkasniff.protocol.fields import Malformed
 from kafkasniff.protocol.identify import infer_response
 from kafkasniff.protocol.messages import decode_request, decode_response_for_request, with_fields
+
+from kafkasniff.protocol.messages cimport skim_request, skim_response
+from kafkasniff.protocol.quirks cimport _CONTROLLED_SHUTDOWN, _SASL_HANDSHAKE, expects_response, starts_raw_sasl
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
 from kafkasniff.stream.tcp import Endpoint
@@ -67,14 +70,7 @@ cdef class MessageEvent:
     """A decoded request or response (a response carries its request and latency, or is inferred)."""
 
     def __init__(self, KafkaConnection conn, str direction, frame: Frame, message: Message):
-        self.conn = conn
-        self.direction = direction
-        self.ts = frame.ts
-        self.first_ts = frame.first_ts
-        self.stream_offset = frame.stream_offset
-        self.payload = frame.payload
-        self.message = message
-        self.expects_response = True
+        _fill(self, conn, direction, <tuple?>frame, message)
 
     @property
     def src(self) -> Endpoint:
@@ -83,6 +79,20 @@ cdef class MessageEvent:
     @property
     def dst(self) -> Endpoint:
         return self.conn.server if self.direction == CLIENT_TO_SERVER else self.conn.client
+
+
+cdef inline MessageEvent _fill(MessageEvent event, KafkaConnection conn, str direction, tuple frame, Message message):
+    event.conn = conn
+    event.direction = direction
+    event.payload, event.stream_offset, event.ts, event.first_ts = frame  # a Frame
+    event.message = message
+    event.expects_response = True
+    return event
+
+
+cdef inline MessageEvent _message_event(KafkaConnection conn, str direction, tuple frame, Message message):
+    """MessageEvent(...) without a Python call: one per message."""
+    return _fill(MessageEvent.__new__(MessageEvent), conn, direction, frame, message)
 
 
 cdef class SaslTokenEvent:
@@ -119,7 +129,7 @@ def request_header_plausible(buf, pos: int, end: int) -> bool | None:
     key, version, correlation_id = _HEAD.unpack_from(buf, pos)
     if key not in apis() or message_variant(key, "request", version) is None or correlation_id < 0:
         return False
-    if key == quirks.CONTROLLED_SHUTDOWN and version == 0:
+    if key == _CONTROLLED_SHUTDOWN and version == 0:
         return True
     return -1 <= _I16.unpack_from(buf, pos + 8)[0] <= 4096  # client id length
 
@@ -181,6 +191,12 @@ class ResponseFrames:
 
 
 cdef int NO_SIDE = -1
+
+
+cdef inline int _int32_at(bytes data):
+    """The big-endian int32 data starts with (it has 4 bytes)."""
+    cdef const unsigned char* p = data
+    return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
 cdef class Session:
@@ -416,7 +432,8 @@ cdef class Session:
                 self._response(item, False)
 
     cdef void _request(self, frame):
-        cdef bytes payload = frame.payload
+        cdef bytes payload = (<tuple>frame)[0]  # a Frame: (payload, stream offset, ts, first ts)
+        cdef Message msg
         if self.sasl_raw:
             if request_header_plausible(payload, 0, len(payload)) and \
                     decode_request(payload, skim=True).complete:
@@ -425,21 +442,21 @@ cdef class Session:
                 self.events.append(SaslTokenEvent(self.conn, CLIENT_TO_SERVER, frame, self.sasl_mechanism))
                 return
         probed = self.probed_request
-        if probed is not None and probed[0] == frame.stream_offset:
+        if probed is not None and probed[0] == (<tuple>frame)[1]:
             msg = probed[1]
             self.probed_request = None
         else:
-            msg = decode_request(payload, skim=True)
-        cdef MessageEvent event = MessageEvent(self.conn, CLIENT_TO_SERVER, frame, msg)
+            msg = skim_request(payload)
+        cdef MessageEvent event = _message_event(self.conn, CLIENT_TO_SERVER, <tuple>frame, msg)
         correlation_id = msg.correlation_id
         if msg.api_key is not None:
-            event.expects_response = quirks.expects_response(msg.api_key, msg.api_version, msg.acks)
+            event.expects_response = expects_response(msg.api_key, msg.api_version, msg.acks)
             if correlation_id is not None:
                 if event.expects_response:
                     self._await_response(correlation_id, event)
                 else:
                     self._expect_no_response(correlation_id, event)
-            if msg.api_key == quirks.SASL_HANDSHAKE:
+            if msg.api_key == _SASL_HANDSHAKE:
                 # The session reads the mechanism itself: later tokens are read by it.
                 mech = with_fields(msg, payload).body.child("Mechanism") if msg.body_offset is not None else None
                 self.sasl_mechanism = mech.value if mech else None
@@ -508,12 +525,13 @@ cdef class Session:
             framer.min_frame = 0 if on else MIN_FRAME
 
     cdef void _response(self, frame, bint orphan):
-        cdef bytes payload = frame.payload
+        cdef bytes payload = (<tuple>frame)[0]  # a Frame
         cdef MessageEvent event, request
+        cdef Message msg, req
         if self.sasl_raw:
             self.events.append(SaslTokenEvent(self.conn, SERVER_TO_CLIENT, frame, self.sasl_mechanism))
             return
-        correlation_id = _I32.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
+        correlation_id = _int32_at(payload) if len(payload) >= 4 else None
         request = self.pending.pop(correlation_id, None)
         if request is not None:
             self.pending_bytes -= len(request.payload)
@@ -533,11 +551,11 @@ cdef class Session:
             return
         if request is not None:
             req = request.message
-            msg = decode_response_for_request(payload, req.api_key, req.api_version, skim=True)
-            event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
+            msg = skim_response(payload, req.api_key, req.api_version)
+            event = _message_event(self.conn, SERVER_TO_CLIENT, <tuple>frame, msg)
             event.request = request
-            event.latency_ms = (frame.ts - request.ts) * 1000.0
-            if quirks.starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
+            event.latency_ms = (<double>(<tuple>frame)[2] - <double>request.ts) * 1000.0
+            if starts_raw_sasl(req.api_key, req.api_version) and msg.complete:
                 self._raw_sasl(not msg.errors)  # its ErrorCode is 0
         else:
             known, self.just_inferred = self.just_inferred, None
@@ -549,7 +567,7 @@ cdef class Session:
                 msg = Message("response", None, None, 0, len(payload))
                 msg.correlation_id = correlation_id
                 msg.malformed = Malformed(0, f"request not captured, and {screened.nothing_fits()}")
-            event = MessageEvent(self.conn, SERVER_TO_CLIENT, frame, msg)
+            event = _message_event(self.conn, SERVER_TO_CLIENT, <tuple>frame, msg)
             event.inferred = reading is not None
         if msg.api_key == SASL_AUTHENTICATE:
             msg.sasl_mechanism = self.sasl_mechanism

@@ -324,12 +324,20 @@ const Builder summary_builder = {s_fixed, s_text, s_array_begin, s_array_null, s
  *
  * programs: a tuple of Programs walked one after the other (a header, then its body). stops: where each
  * ended (-1: it failed or was not reached); failure is None or (offset, reason) where the walk stopped. */
-PyObject *summarize(PyObject *self, PyObject *args) {
-    PyObject *programs;
+PyObject *summarize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* METH_FASTCALL, its arguments read here: it runs once per message, and parsing a format string cost
+     * more than a small message's walk */
+    if (nargs != 5 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "summarize(programs: tuple, buf, pos, end, decompress_limit)");
+        return NULL;
+    }
+    PyObject *programs = args[0];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]), end = PyLong_AsSsize_t(args[3]);
+    long long limit = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
     Py_buffer buf;
-    Py_ssize_t pos, end;
-    long long limit;
-    if (!PyArg_ParseTuple(args, "O!y*nnL:summarize", &PyTuple_Type, &programs, &buf, &pos, &end, &limit))
+    if (PyObject_GetBuffer(args[1], &buf, PyBUF_SIMPLE) < 0)
         return NULL;
     PyObject *result = NULL, *stops = NULL;
     Summary s = {0};
@@ -371,10 +379,16 @@ PyObject *summarize(PyObject *self, PyObject *args) {
         Py_INCREF(failure);
     if (failure == NULL)
         goto done;
-    result = Py_BuildValue("(ONOOOOOOLLi)", stops, failure,
-                           s.correlation_id ? s.correlation_id : Py_None, s.client_id ? s.client_id : Py_None,
-                           s.acks ? s.acks : Py_None, s.throttle ? s.throttle : Py_None, s.errors, s.mentions,
-                           (long long)s.batches, (long long)s.records, s.suspicion);
+    PyObject *batches = PyLong_FromLongLong(s.batches), *records = PyLong_FromLongLong(s.records),
+             *suspicion = PyLong_FromLong(s.suspicion);
+    if (batches && records && suspicion)
+        result = PyTuple_Pack(11, stops, failure, s.correlation_id ? s.correlation_id : Py_None,
+                              s.client_id ? s.client_id : Py_None, s.acks ? s.acks : Py_None,
+                              s.throttle ? s.throttle : Py_None, s.errors, s.mentions, batches, records, suspicion);
+    Py_DECREF(failure);
+    Py_XDECREF(batches);
+    Py_XDECREF(records);
+    Py_XDECREF(suspicion);
 done:
     for (int i = 0; i < s.depth; i++)
         Py_CLEAR(s.frames[i].partitions);

@@ -256,7 +256,7 @@ void out_free(Out *o);
 
 /* builders */
 extern const Builder summary_builder, json_builder, fields_builder, text_builder, partitions_builder;
-PyObject *summarize(PyObject *self, PyObject *args);
+PyObject *summarize(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *screen(PyObject *self, PyObject *args);
 PyObject *json_body(PyObject *self, PyObject *args);
 PyObject *field_tree(PyObject *self, PyObject *args);
