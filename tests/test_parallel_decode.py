@@ -18,6 +18,7 @@ from kafkasniff.capture.files import open_capture
 from kafkasniff.capture.packets import FIN, RST
 from kafkasniff.cli import main
 from kafkasniff.commands import decode
+from kafkasniff.engine import parallel
 from kafkasniff.engine.parallel import WorkerFailed, sniff_parallel
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
@@ -80,10 +81,10 @@ def test_topic_ids_resolve_across_workers():
 
 
 def test_a_failing_worker_stops_the_run_with_its_traceback(monkeypatch, tmp_path):
-    def broken(self, *args):
+    def broken(*args):
         raise ValueError("decoder broke")
 
-    monkeypatch.setattr(Analyzer, "stream_data", broken)  # before the workers fork: they inherit it
+    monkeypatch.setattr(parallel, "handle_all", broken)  # before the workers fork: they inherit it
     with pytest.raises(WorkerFailed, match="decoder broke"):
         CliRunner().invoke(main, ["decode", "-j", "2", CONFLUENT], catch_exceptions=False)
 

@@ -6,6 +6,7 @@ cost about 4,500 instructions per event (parallel.py says why the events travel 
 
 from kafkasniff.stream import tcp
 
+from kafkasniff.stream.analyzer cimport Analyzer
 from kafkasniff.stream.session cimport MessageEvent
 from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, StreamData
 
@@ -132,7 +133,7 @@ cdef class Replies:
         self.size = self.messages = 0
 
 
-def handle_all(analyzer, list items, render, reply, long long reply_bytes) -> tuple:
+def handle_all(Analyzer analyzer, list items, render, reply, long long reply_bytes) -> tuple:
     """A worker's batch: each item to its Analyzer method, each resulting event rendered (`render(event,
     replies)`), as (number, rank within the item's events, rendered...) for what the renderer keeps. Whenever what
     was rendered reaches `reply_bytes` (lines, and the payloads of events handed on whole), `reply(number, rendered,

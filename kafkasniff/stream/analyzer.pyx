@@ -18,8 +18,10 @@ from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.stream import tcp
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
 from kafkasniff.stream.keylog import KeyLog
-from kafkasniff.stream.session import KafkaConnection, NoticeEvent, Session
+from kafkasniff.stream.session import KafkaConnection, NoticeEvent
 from kafkasniff.stream.tlsrecord import record_boundary, starts_tls
+
+from kafkasniff.stream.session cimport Session
 
 StreamData = tcp.StreamData
 
@@ -27,17 +29,18 @@ StreamData = tcp.StreamData
 ENDED_KEPT = 1024
 
 
-class Analyzer:
+cdef class Analyzer:
+    """(Attributes in analyzer.pxd.)"""
+
     def __init__(self, port_hints: Iterable[int] = (), max_frame: int = DEFAULT_MAX_FRAME,
                  reassembler: tcp.TcpReassembler | None = None, keylog: KeyLog | None = None):
         self.port_hints = frozenset(port_hints)
         self.max_frame = max_frame
         self.tcp = reassembler or tcp.TcpReassembler()
         self.keylog = keylog if keylog is not None else KeyLog()
-        # Each connection's handler: a Session, a TlsSession, or _FirstBytes until its first bytes come.
-        self.sessions: dict[int, Session | TlsSession | _FirstBytes] = {}
-        self.tls_sessions: dict[int, TlsSession] = {}  # those waiting may be given keys by a followed key log
-        self.ended_sessions: dict[int, Session | TlsSession | _FirstBytes] = {}  # the last ENDED_KEPT, oldest first
+        self.sessions = {}
+        self.tls_sessions = {}
+        self.ended_sessions = {}
         self.gaps = 0
         self.gap_bytes = 0
 
@@ -75,9 +78,10 @@ class Analyzer:
         """Reassembled TCP events (from this analyzer's reassembler, or another's) in, Kafka events out."""
         cdef list out = []
         cdef tuple data
+        stream_data = StreamData
         for ev in tcp_events:
             kind = type(ev)
-            if kind is StreamData:  # (conn, direction, offset, data, ts): most events, read by index
+            if kind is stream_data:  # (conn, direction, offset, data, ts): most events, read by index
                 data = <tuple>ev
                 out += self.stream_data((<tuple>data[0])[0], data[1], data[3], data[4])
             elif kind is tcp.ConnectionOpened:
@@ -114,10 +118,14 @@ class Analyzer:
             stream, endpoints, (from_start, from_start), self.keylog, self.max_frame, likely_client)
         return session
 
-    def stream_data(self, stream: int, direction: int, data: bytes, ts: float) -> list:
+    cpdef list stream_data(self, stream, int direction, bytes data, double ts):
         """Bytes of a connection, in stream order."""
         session = self.sessions.get(stream)
-        return session.data(direction, data, ts) if session is not None else []
+        if session is None:
+            return []
+        if type(session) is Session:  # most connections' bytes, once their first are in: a C call
+            return (<Session>session).data(direction, data, ts)
+        return session.data(direction, data, ts)
 
     def gap(self, stream: int, direction: int, size: int, ts: float) -> list:
         """Bytes of a connection that were never captured."""
