@@ -407,6 +407,9 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
     PyObject *items = PyList_New(0);
     if (items == NULL)
         goto fail;
+    PyObject *last_described = NULL;  /* held by the list of interfaces, which nothing changes during the call */
+    long linktype = 0;
+    double units = 1, offset = 0;
 #define U32(p) (big_endian ? be32(p) : le32(p))
     while (n - pos >= 8) {
         const uint8_t *block = b + pos;
@@ -458,10 +461,11 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
                 goto fail;
             continue;
         }
-        long linktype;
-        double units, offset;
-        if (!PyArg_ParseTuple(described, "ldd:interface", &linktype, &units, &offset))
-            goto fail;
+        if (described != last_described) {  /* a packet names its interface's tuple: read once a run */
+            if (!PyArg_ParseTuple(described, "ldd:interface", &linktype, &units, &offset))
+                goto fail;
+            last_described = described;
+        }
         if (add_record(items, skipped, parse_segments, frame, caplen, linktype, offset + (double)stamp / units,
                        wire_len))
             goto fail;
