@@ -21,6 +21,7 @@ from kafkasniff.protocol.schema import api_name, apis, header_variant, is_flexib
 
 REQUEST, RESPONSE = "request", "response"
 cdef long long MAX_DECOMPRESSED = walker.DEFAULT_MAX_DECOMPRESSED
+cdef object _summarize = _walk.summarize  # once per message: no module lookup
 
 
 cdef class Message:
@@ -182,7 +183,7 @@ cdef Message _decode(str kind, int api_key, int api_version, buf, Py_ssize_t pos
     msg.header_version = layout.header_version
     # What the header and body hold (summary.c): stop offsets of each program, (offset, reason) where decoding
     # failed or None, and the values the stream layer and the one-line view need.
-    cdef tuple found = _walk.summarize(layout.programs, buf, pos, end, MAX_DECOMPRESSED)
+    cdef tuple found = _summarize(layout.programs, buf, pos, end, MAX_DECOMPRESSED)
     stops, failure, msg.correlation_id, msg.client_id, msg.acks, msg.throttle_time_ms, msg.errors, \
         msg.mentions, msg.batches, msg.records, msg.suspicion = found
     header_end, body_end = stops[0], stops[-1]

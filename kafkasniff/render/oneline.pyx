@@ -63,13 +63,16 @@ cdef str _connection_text(KafkaConnection conn, int arrow):
     return text
 
 
-cdef str _api_text(str api_name, api_version, str kind):
-    key = (api_name, api_version, kind)
+cdef str _api_text(Message m, bint request):
+    """`Name vN kind`, kept by API key, version and kind (an int: no tuple to make and hash per line)."""
+    if m.api_key is None or not m.api_name:
+        return f"? {m.kind}"
+    key = ((<int>m.api_key & 0xFFFF) << 17) | ((<int>m.api_version & 0xFFFF) << 1) | request
     text = _apis.get(key)
     if text is None:
         if len(_apis) >= KEPT_TEXTS:
             _apis.clear()
-        text = f"{api_name} v{api_version} {kind}" if api_name else f"? {kind}"
+        text = f"{m.api_name} v{m.api_version} {m.kind}"
         _apis[key] = text
     return text
 
@@ -151,10 +154,15 @@ cdef dict _client_reprs = {}
 
 cdef void _put_clock(_LineBuilder line, double ts) except *:
     cdef long long micros = <long long>rint(ts * 1e6)  # rounding half to even, as round() does
-    cdef char fraction[32]
+    cdef long long fraction = micros % 1000000  # Cython's % and // floor, as Python's: times before 1970 too
+    cdef char digits[7]
+    cdef int i
     line.text(_second(micros // 1000000))
-    snprintf(fraction, sizeof(fraction), ".%06lld", micros % 1000000)
-    line.raw(fraction, 7)
+    digits[0] = c'.'
+    for i in range(6, 0, -1):
+        digits[i] = <char>(c'0' + fraction % 10)
+        fraction //= 10
+    line.raw(digits, 7)
 
 
 cdef void _put_topics(_LineBuilder line, dict topics) except *:
@@ -214,7 +222,7 @@ cpdef bytes message_row(MessageEvent ev, topics=None):
     line.raw(" ", 1)
     line.text(_connection_text(ev.conn, TO_SERVER if request else TO_CLIENT))
     line.raw(" ", 1)
-    line.text(_api_text(m.api_name, m.api_version, m.kind))
+    line.text(_api_text(m, request))
     line.raw(" corr=", 6)
     line.number(m.correlation_id)
     if request:
