@@ -24,6 +24,7 @@ import dpkt
 import pytest
 from click.testing import CliRunner
 
+from kafkasniff.capture.files import open_capture
 from kafkasniff.capture.packets import FrameParser
 from kafkasniff.cli import main
 from kafkasniff.pipeline.reading import connection_key
@@ -32,6 +33,7 @@ from kafkasniff.stream.tcp import TcpReassembler
 
 pytest.importorskip("pyspark")
 
+from kafkasniff.pipeline import build  # noqa: E402
 from kafkasniff.pipeline.build import build_tables  # noqa: E402
 from kafkasniff.pipeline.inputs import expand_local  # noqa: E402
 from kafkasniff.pipeline.sparkenv import start_session  # noqa: E402
@@ -491,6 +493,29 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
                           str(len(tables["records"]))]
     groups, _ = assert_analysed_tables_equal_the_commands(out, [str(whole)])
     assert {row["group_id"] for row in groups} == {"kafkasniff-group"}
+
+
+def test_one_file_is_shared_out_without_the_shuffle_as_decode_reads_it(spark, tmp_path, monkeypatch):
+    """A run of one file: each of the tasks reads it whole and decodes the connections hashed to it
+    (reading.shard_rows), no segment crossing into the JVM; the 20 connections on one reused port are
+    decode's, and the summary counts the file once. Bigger files go through the shuffle, with the same tables."""
+    path = port_reuse_capture(tmp_path)
+    with open_capture(str(path)) as reader:
+        segments = list(reader.segments())
+    expected = decode_json(path)
+    for unshuffled_max, name in ((path.stat().st_size, "unshuffled"), (path.stat().st_size - 1, "shuffled")):
+        monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", unshuffled_max)
+        summary = build_tables(spark, expand_local([str(path)])[0], str(tmp_path / name), partitions=3)
+        assert (summary.files, summary.bytes, summary.segments) == (1, path.stat().st_size, len(segments))
+        assert summary.messages == len(expected)
+    shuffled, unshuffled = read_tables(spark, tmp_path / "shuffled"), read_tables(spark, tmp_path / "unshuffled")
+    assert_messages_agree(expected, unshuffled["messages"])
+    assert [r["stream"] for r in sorted(unshuffled["messages"], key=order)] == \
+        [e["stream"] for e in sorted(expected, key=order)]
+    for table in ("messages", "records", "connections"):
+        assert without(unshuffled[table]) == without(shuffled[table]), table
+    assert len([c for c in unshuffled["connections"] if c["client"] == "127.0.0.1:40000"]) == 20
+    assert analysed_rows(tmp_path / "unshuffled", PARTITIONS) == analysed_rows(tmp_path / "shuffled", PARTITIONS)
 
 
 def test_ipv6_connections_give_decodes_messages(spark, tmp_path):

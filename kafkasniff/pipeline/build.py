@@ -17,6 +17,10 @@
    folders by date), each task counting what it wrote: the summary counts what the tables hold;
    one of its tasks runs the analyses over the whole run into the groups and partitions tables.
 The inputs are read and decoded once; no table row passes through the JVM.
+
+A run of one local file of at most UNSHUFFLED_MAX_BYTES has nothing to merge across inputs: its first job has
+a task per partition that reads the whole file and decodes the connections hashed to it (reading.shard_rows),
+without the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
 
 _COUNTS = ("files", "bytes", "frames", "segments")
+# A task taking its share of a file without the shuffle holds that share's segments until the file is read.
+UNSHUFFLED_MAX_BYTES = 256 << 20
 
 
 @dataclass
@@ -93,14 +99,17 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     hints = frozenset(port_hints)
     staging = f"_staging-{uuid.uuid4().hex}"
 
-    def decode(batches):
+    def decode(batches, rows=None):
+        """A decode task's facts, from segment batches, or segment rows when given (see _decode_and_write)."""
         from pyspark import TaskContext
 
-        from kafkasniff.pipeline.connections import decode_partition
+        from kafkasniff.pipeline.connections import decode_partition, decode_segment_rows
 
         task = TaskContext.get()
-        return decode_partition(batches, names, hints, out, staging,
-                                f"{task.partitionId():05d}-{task.attemptNumber()}", keylog_text)
+        name = f"{task.partitionId():05d}-{task.attemptNumber()}"
+        if rows is not None:
+            return decode_segment_rows(rows, names, hints, out, staging, name, keylog_text)
+        return decode_partition(batches, names, hints, out, staging, name, keylog_text)
 
     try:
         written = _decode_and_write(spark, files, stats, decode, out, staging, partitions)
@@ -118,11 +127,24 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
 def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, staging: str,
                       partitions: int | None) -> dict[str, int]:
     """The two jobs (see the module's docstring); returns the rows written to each table."""
-    facts = (_segments(spark, files, stats)
-             .repartition(partitions or spark.sparkContext.defaultParallelism, "key")
-             .sortWithinPartitions("key", "ts", "file", "index")
-             .mapInArrow(decode, RUN_FACTS_DDL)
-             .collect())
+    parts = partitions or spark.sparkContext.defaultParallelism
+    if len(files) == 1 and files[0].local and files[0].size <= UNSHUFFLED_MAX_BYTES:
+        path = files[0].name
+
+        def read_and_decode(batches):
+            from kafkasniff.pipeline.reading import shard_rows
+
+            for batch in batches:
+                for shard in batch.column(0).to_pylist():
+                    yield from decode(None, shard_rows(path, shard, parts, stats.add))
+
+        facts = spark.range(parts, numPartitions=parts).mapInArrow(read_and_decode, RUN_FACTS_DDL).collect()
+    else:
+        facts = (_segments(spark, files, stats)
+                 .repartition(parts, "key")
+                 .sortWithinPartitions("key", "ts", "file", "index")
+                 .mapInArrow(decode, RUN_FACTS_DDL)
+                 .collect())
     # numbered as `decode` numbers a capture's connections: by their first packets, in capture order
     connections = sorted((f.first_seen, f.first_file, f.first_index, f.connection_id)
                          for f in facts if f.connection_id is not None)

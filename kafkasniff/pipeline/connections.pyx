@@ -260,6 +260,19 @@ def decode_partition(batches, list file_names, port_hints: frozenset, str out, s
     """A Spark partition of segment batches sorted by (key, ts, file, index): rows of every table staged
     under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned.
     keylog_text: the TLS key log lines the driver read, parsed once per partition."""
+    return decode_segment_rows(_rows_of(batches), file_names, port_hints, out, staging, task, keylog_text)
+
+
+def _rows_of(batches):
+    """Each batch's rows as segment tuples (reading.SEGMENT_SCHEMA's order), a batch at a time."""
+    for batch in batches:
+        yield list(zip(*[column.to_pylist() for column in batch.columns]))
+
+
+def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str out, str staging, str task,
+                        bytes keylog_text=b""):
+    """decode_partition for segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted
+    by (key, ts, file, index): what a task reading its share of a file has without Arrow (reading.shard_rows)."""
     staged = StagedTables(out, staging, task)
     staged_seen = StagedSeen(out, staging, task)
     keylog = KeyLog()
@@ -273,14 +286,12 @@ def decode_partition(batches, list file_names, port_hints: frozenset, str out, s
     cdef list same_time = []  # the connection's (segment, file) pairs at the time of the last one
     cdef double ts, last_ts = 0.0
     cdef int file
-    cdef Py_ssize_t i
-    cdef list keys, times, files, indexes, forward, seqs, acks, flags, payloads, missing
+    cdef tuple row
     with collecting_rarely():
-        for batch in batches:
-            keys, times, files, indexes, forward, seqs, acks, flags, payloads, missing = \
-                [column.to_pylist() for column in batch.columns]
-            for i in range(len(keys)):
-                key, ts, file = keys[i], times[i], files[i]
+        for rows in row_lists:
+            for item in <list>rows:
+                row = <tuple>item  # (key, ts, file, index, forward, seq, ack, flags, payload, missing)
+                key, ts, file = row[0], row[1], row[2]
                 if key != current_key:
                     if decoder is not None:
                         decoder.finish()
@@ -289,9 +300,8 @@ def decode_partition(batches, list file_names, port_hints: frozenset, str out, s
                     current_key = key
                     first, second = key_endpoints(key)
                     same_time = []
-                src, dst = (first, second) if forward[i] else (second, first)
-                seg = _new(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], seqs[i], acks[i], flags[i], payloads[i],
-                                        missing[i]))
+                src, dst = (first, second) if row[4] else (second, first)
+                seg = _new(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7], row[8], row[9]))
                 if not same_time or ts != last_ts:
                     last_ts = ts
                     same_time = [(seg, file)]
@@ -300,7 +310,7 @@ def decode_partition(batches, list file_names, port_hints: frozenset, str out, s
                     if file != same_time[0][1] and _copied(same_time, seg, file):
                         continue
                     same_time.append((seg, file))
-                decoder.feed(seg, file, indexes[i])
+                decoder.feed(seg, file, row[3])
             staged.flush()
         if decoder is not None:
             decoder.finish()

@@ -7,11 +7,17 @@ hashes the key to pick a partition and sorts by (key, time, file, index): the de
 connection sees its packets in the order of one capture merged from all inputs, so rotated
 files (`tcpdump -C/-G`) and overlapping inputs read as the capture they were cut from.
 
+A run of one local file that is not too big skips the shuffle (shard_rows): each of N tasks reads the whole
+file and keeps the connections whose key hashes to it, sorted as a shuffled partition would be, and decodes
+them (connections.decode_segment_rows). Reading a file costs a fraction of decoding it, and the segments are
+never made Arrow batches nor cross into the JVM.
+
 The loop over a file's segments is compiled: in Python it cost twice what reading the packets did.
 """
 
 import os
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
@@ -67,9 +73,43 @@ def read_local(path: str, name: str, file_number: int, report: ReadReport) -> It
     # a batch's rows are thousands of tuples that live until it is sent: the collector's default passes over them
     # cost more than the loop making them
     with reader, collecting_rarely():
-        segments = yield from _segment_batches(reader, file_number)
+        segments = yield from _segment_batches(reader, file_number, 0, 1)
         report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read, "segments": segments,
                 "warnings": [w.replace(path, name, 1) for w in reader.warnings]})
+
+
+def shard_rows(path: str, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
+    """The segment rows (SEGMENT_SCHEMA's order) of the connections of a run's only file (number 0) whose keys
+    hash to `shard` of `shards`, in the order a shuffled partition has them (key, time, index), BATCH_SEGMENTS
+    at a time: held in memory until the file is read, so the job takes this path only for files of at most
+    build.UNSHUFFLED_MAX_BYTES. Shard 0 reports the file."""
+    try:
+        reader = open_capture(path)
+    except CaptureError as error:
+        if shard == 0:
+            report({"warnings": [f"skipped {path}: {str(error).removeprefix(path + ': ')}"]})
+        return
+    with reader, collecting_rarely():
+        rows = []
+        for _ in _segment_batches(reader, 0, shard, shards, rows):
+            pass  # nothing is batched: every row is kept in `rows`
+        rows.sort(key=_shuffle_order)
+        for start in range(0, len(rows), BATCH_SEGMENTS):
+            yield rows[start:start + BATCH_SEGMENTS]
+        read = {"segments": len(rows)}
+        if shard == 0:
+            read.update(files=1, bytes=reader.total_size, frames=reader.frames_read,
+                        warnings=list(reader.warnings))
+        report(read)
+
+
+def _shuffle_order(tuple row):
+    return row[0], row[1], row[3]  # key, time, index (the file is always 0)
+
+
+cdef int _shard_of(str key, int shards):
+    """The same for a key in every process (str's hash is not: it is seeded per process)."""
+    return zlib.crc32(key.encode()) % shards if shards > 1 else 0
 
 
 def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport) -> Iterator[pa.RecordBatch]:
@@ -83,10 +123,11 @@ def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport
         os.unlink(path)
 
 
-def _segment_batches(reader: CaptureReader, int file_number):
-    """Arrow batches of the reader's segments; returns how many segments there were."""
-    cdef list rows = []
-    cdef dict keys = {}  # each connection's (key, forward), made once for its 4-tuple's packets
+def _segment_batches(reader: CaptureReader, int file_number, int shard, int shards, list kept=None):
+    """Arrow batches of the reader's segments of the connections in `shard` (of `shards`); returns how many
+    segments the file has. `kept`: the rows are appended to it instead, none batched."""
+    cdef list rows = [] if kept is None else kept
+    cdef dict keys = {}  # each connection's (key, forward, in the shard), made once for its 4-tuple's packets
     cdef long long size = 0, count = 0
     cdef tuple seg, found
     for segments in reader.segment_batches():
@@ -97,15 +138,19 @@ def _segment_batches(reader: CaptureReader, int file_number):
             if found is None:
                 if len(keys) >= KEYS_KEPT:
                     keys.clear()
-                found = keys[ends] = _key_and_direction(*ends)
-            payload = seg[8]
-            rows.append((found[0], seg[0], file_number, count, found[1], seg[5], seg[6], seg[7], payload, seg[9]))
+                key, forward = _key_and_direction(*ends)
+                found = keys[ends] = (key, forward, _shard_of(key, shards) == shard)
             count += 1
+            if not found[2]:
+                continue
+            payload = seg[8]
+            rows.append((found[0], seg[0], file_number, count - 1, found[1], seg[5], seg[6], seg[7], payload,
+                         seg[9]))
             size += len(<bytes>payload)
-            if len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES:
+            if kept is None and (len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES):
                 yield _batch(rows)
                 rows, size = [], 0
-    if rows:
+    if rows and kept is None:
         yield _batch(rows)
     return count
 
