@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gzip
 import json
 import os
 import shutil
@@ -516,6 +517,21 @@ def test_one_file_is_shared_out_without_the_shuffle_as_decode_reads_it(spark, tm
         assert without(unshuffled[table]) == without(shuffled[table]), table
     assert len([c for c in unshuffled["connections"] if c["client"] == "127.0.0.1:40000"]) == 20
     assert analysed_rows(tmp_path / "unshuffled", PARTITIONS) == analysed_rows(tmp_path / "shuffled", PARTITIONS)
+
+
+def test_only_one_uncompressed_local_file_skips_the_shuffle(tmp_path, monkeypatch):
+    """Its size bounds what each task holds; gzip does not bound it, nor does a file of several inputs."""
+    path = port_reuse_capture(tmp_path)
+    zipped = tmp_path / "reuse.pcap.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", path.stat().st_size)
+    files = expand_local([str(path)])[0]
+    assert build.unshuffled(files)
+    assert not build.unshuffled(expand_local([str(zipped)])[0])
+    assert not build.unshuffled(files + expand_local([str(zipped)])[0])
+    assert not build.unshuffled([files[0]._replace(local=False)])
+    monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", path.stat().st_size - 1)
+    assert not build.unshuffled(files)
 
 
 def test_ipv6_connections_give_decodes_messages(spark, tmp_path):

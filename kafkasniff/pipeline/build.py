@@ -18,7 +18,8 @@
    one of its tasks runs the analyses over the whole run into the groups and partitions tables.
 The inputs are read and decoded once; no table row passes through the JVM.
 
-A run of one local file of at most UNSHUFFLED_MAX_BYTES has nothing to merge across inputs: its first job has
+A run of one local uncompressed file of at most UNSHUFFLED_MAX_BYTES has nothing to merge across inputs: its first
+job has
 a task per partition that reads the whole file and decodes the connections hashed to it (reading.shard_rows),
 without the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
 """
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from kafkasniff.capture.files import GZIP_MAGIC
 from kafkasniff.pipeline.analysis import STAGED_NAME
 from kafkasniff.pipeline.connections import RUN_FACTS_DDL
 from kafkasniff.pipeline.inputs import CaptureFile
@@ -40,7 +42,8 @@ from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
 
 _COUNTS = ("files", "bytes", "frames", "segments")
-# A task taking its share of a file without the shuffle holds that share's segments until the file is read.
+# A task taking its share of a file without the shuffle holds that share's segments until the file is read: the
+# file's size bounds them when it is not compressed (gzip may inflate a capture tenfold).
 UNSHUFFLED_MAX_BYTES = 256 << 20
 
 
@@ -128,7 +131,7 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
                       partitions: int | None) -> dict[str, int]:
     """The two jobs (see the module's docstring); returns the rows written to each table."""
     parts = partitions or spark.sparkContext.defaultParallelism
-    if len(files) == 1 and files[0].local and files[0].size <= UNSHUFFLED_MAX_BYTES:
+    if unshuffled(files):
         path = files[0].name
 
         def read_and_decode(batches):
@@ -175,6 +178,18 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
             written[row.table_name] += row.rows
     mark_done(out)
     return written
+
+
+def unshuffled(files: list[CaptureFile]) -> bool:
+    """Whether the run's first job reads its input without the shuffle: one local file, not compressed, of at most
+    UNSHUFFLED_MAX_BYTES."""
+    if len(files) != 1 or not files[0].local or files[0].size > UNSHUFFLED_MAX_BYTES:
+        return False
+    try:
+        with open(files[0].name, "rb") as capture:
+            return capture.read(len(GZIP_MAGIC)) != GZIP_MAGIC
+    except OSError:
+        return False  # the shuffle's read task says why
 
 
 def _segments(spark, files: list[CaptureFile], stats):

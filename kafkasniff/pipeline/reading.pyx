@@ -7,7 +7,7 @@ hashes the key to pick a partition and sorts by (key, time, file, index): the de
 connection sees its packets in the order of one capture merged from all inputs, so rotated
 files (`tcpdump -C/-G`) and overlapping inputs read as the capture they were cut from.
 
-A run of one local file that is not too big skips the shuffle (shard_rows): each of N tasks reads the whole
+A run of one local uncompressed file that is not too big skips the shuffle (shard_rows): each of N tasks reads the whole
 file and keeps the connections whose key hashes to it, sorted as a shuffled partition would be, and decodes
 them (connections.decode_segment_rows). Reading a file costs a fraction of decoding it, and the segments are
 never made Arrow batches nor cross into the JVM.
