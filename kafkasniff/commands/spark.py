@@ -59,7 +59,8 @@ def _spark(master: str, confs):
 @click.option("--port", "ports", type=int, multiple=True,
               help="Kafka broker port hint (Kafka is also found on any port by content).")
 @click.option("--partitions", type=click.IntRange(1),
-              help="Partitions the connections are spread over (default: twice Spark's parallelism).")
+              help="Partitions the connections are spread over (default: Spark's parallelism, "
+                   "spark.default.parallelism).")
 @tls_keylog_option
 @_spark_options
 def spark_command(inputs, out, ports, partitions, master, confs, tls_keylogs) -> None:
