@@ -102,17 +102,15 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
     hints = frozenset(port_hints)
     staging = f"_staging-{uuid.uuid4().hex}"
 
-    def decode(batches, rows=None):
-        """A decode task's facts, from segment batches, or segment rows when given (see _decode_and_write)."""
+    def decode(row_lists):
+        """A decode task's facts, from its segment rows (connections.decode_segment_rows)."""
         from pyspark import TaskContext
 
-        from kafkasniff.pipeline.connections import decode_partition, decode_segment_rows
+        from kafkasniff.pipeline.connections import decode_segment_rows
 
         task = TaskContext.get()
-        name = f"{task.partitionId():05d}-{task.attemptNumber()}"
-        if rows is not None:
-            return decode_segment_rows(rows, names, hints, out, staging, name, keylog_text)
-        return decode_partition(batches, names, hints, out, staging, name, keylog_text)
+        return decode_segment_rows(row_lists, names, hints, out, staging,
+                                   f"{task.partitionId():05d}-{task.attemptNumber()}", keylog_text)
 
     try:
         written = _decode_and_write(spark, files, stats, decode, out, staging, partitions)
@@ -139,14 +137,19 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
 
             for batch in batches:
                 for shard in batch.column(0).to_pylist():
-                    yield from decode(None, shard_rows(path, shard, parts, stats.add))
+                    yield from decode(shard_rows(path, shard, parts, stats.add))
 
         facts = spark.range(parts, numPartitions=parts).mapInArrow(read_and_decode, RUN_FACTS_DDL).collect()
     else:
+        def decode_batches(batches):
+            from kafkasniff.pipeline.connections import rows_of_batches
+
+            return decode(rows_of_batches(batches))
+
         facts = (_segments(spark, files, stats)
                  .repartition(parts, "key")
                  .sortWithinPartitions("key", "ts", "file", "index")
-                 .mapInArrow(decode, RUN_FACTS_DDL)
+                 .mapInArrow(decode_batches, RUN_FACTS_DDL)
                  .collect())
     # numbered as `decode` numbers a capture's connections: by their first packets, in capture order
     connections = sorted((f.first_seen, f.first_file, f.first_index, f.connection_id)

@@ -260,10 +260,10 @@ def decode_partition(batches, list file_names, port_hints: frozenset, str out, s
     """A Spark partition of segment batches sorted by (key, ts, file, index): rows of every table staged
     under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned.
     keylog_text: the TLS key log lines the driver read, parsed once per partition."""
-    return decode_segment_rows(_rows_of(batches), file_names, port_hints, out, staging, task, keylog_text)
+    return decode_segment_rows(rows_of_batches(batches), file_names, port_hints, out, staging, task, keylog_text)
 
 
-def _rows_of(batches):
+def rows_of_batches(batches):
     """Each batch's rows as segment tuples (reading.SEGMENT_SCHEMA's order), a batch at a time."""
     for batch in batches:
         yield list(zip(*[column.to_pylist() for column in batch.columns]))

@@ -72,8 +72,11 @@ def read_local(path: str, name: str, file_number: int, report: ReadReport) -> It
         return
     # a batch's rows are thousands of tuples that live until it is sent: the collector's default passes over them
     # cost more than the loop making them
+    cdef long long segments = 0
     with reader, collecting_rarely():
-        segments = yield from _segment_batches(reader, file_number, 0, 1)
+        for rows in _segment_rows(reader, file_number, 0, 1):
+            segments += len(rows)
+            yield _batch(rows)
         report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read, "segments": segments,
                 "warnings": [w.replace(path, name, 1) for w in reader.warnings]})
 
@@ -91,8 +94,8 @@ def shard_rows(path: str, int shard, int shards, report: ReadReport) -> Iterator
         return
     with reader, collecting_rarely():
         rows = []
-        for _ in _segment_batches(reader, 0, shard, shards, rows):
-            pass  # nothing is batched: every row is kept in `rows`
+        for some in _segment_rows(reader, 0, shard, shards):
+            rows += some
         rows.sort(key=_shuffle_order)
         for start in range(0, len(rows), BATCH_SEGMENTS):
             yield rows[start:start + BATCH_SEGMENTS]
@@ -123,10 +126,10 @@ def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport
         os.unlink(path)
 
 
-def _segment_batches(reader: CaptureReader, int file_number, int shard, int shards, list kept=None):
-    """Arrow batches of the reader's segments of the connections in `shard` (of `shards`); returns how many
-    segments the file has. `kept`: the rows are appended to it instead, none batched."""
-    cdef list rows = [] if kept is None else kept
+def _segment_rows(reader: CaptureReader, int file_number, int shard, int shards):
+    """The rows (SEGMENT_SCHEMA's order) of the reader's segments of the connections in `shard` (of `shards`), in
+    lists of at most BATCH_SEGMENTS rows or about BATCH_BYTES of payload (a batch each)."""
+    cdef list rows = []
     cdef dict keys = {}  # each connection's (key, forward, in the shard), made once for its 4-tuple's packets
     cdef long long size = 0, count = 0
     cdef tuple seg, found
@@ -147,12 +150,11 @@ def _segment_batches(reader: CaptureReader, int file_number, int shard, int shar
             rows.append((found[0], seg[0], file_number, count - 1, found[1], seg[5], seg[6], seg[7], payload,
                          seg[9]))
             size += len(<bytes>payload)
-            if kept is None and (len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES):
-                yield _batch(rows)
+            if len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES:
+                yield rows
                 rows, size = [], 0
-    if rows and kept is None:
-        yield _batch(rows)
-    return count
+    if rows:
+        yield rows
 
 
 def _batch(rows: list[tuple]) -> pa.RecordBatch:

@@ -44,7 +44,7 @@ cdef class Message:
     @property
     def complete(self) -> bool:
         """Decoded to the last byte with nothing missing or left over."""
-        return self.malformed is None and self.trailing is None
+        return _complete(self)
 
     def fields(self) -> Iterator[Field]:
         for f in (self.header, self.body, self.trailing):
@@ -55,6 +55,10 @@ cdef class Message:
         state = f" MALFORMED@{self.malformed.offset}: {self.malformed.reason}" if self.malformed else ""
         return (f"<{self.kind} {self.api_name} v{self.api_version} corr={self.correlation_id} "
                 f"size={self.size}{state}>")
+
+
+cdef inline bint _complete(Message m):
+    return m.malformed is None and m.trailing is None
 
 
 cdef class _Layout:
@@ -162,7 +166,7 @@ cdef Message _response(buf, int api_key, int api_version, Py_ssize_t pos, Py_ssi
     cdef Message msg, first = None
     for version in response_version_fallbacks(api_key, api_version):
         msg = _decode(RESPONSE, api_key, version, buf, pos, stop, skim)
-        if msg.malformed is None and msg.trailing is None:  # complete
+        if _complete(msg):
             return msg
         if first is None:
             first = msg

@@ -1,6 +1,11 @@
 """The framer's C-level interface, for the session to call it without Python calls."""
 
 
+cdef inline long long int32_at(const unsigned char* p):
+    """The signed big-endian 32-bit integer at p (a frame's size, a response's correlation id)."""
+    return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
+
+
 cdef class Framer:
     cdef object plausibility
     cdef object candidates

@@ -72,11 +72,6 @@ _POSITION = itemgetter(1)
 _LAST = 1 << 63  # sorts after any stream offset
 
 
-cdef inline long long _size_at(const unsigned char* p):
-    """The signed big-endian 32-bit size at p."""
-    return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
-
-
 cdef class Framer:
     """Frames for one direction of one connection."""
 
@@ -123,7 +118,7 @@ cdef class Framer:
         cdef long long size
         if n < 4 or self.arrivals:  # (bytes that came out of sync are dated piece by piece: left to the buffer)
             return
-        size = _size_at(self.buf)
+        size = int32_at(self.buf)
         if size < FILL_FROM or size > self.max_frame or (n - 4) * FILL_AFTER_PART < size or n - 4 >= size:
             return
         self.filling = PyBytes_FromStringAndSize(NULL, size)
@@ -166,7 +161,7 @@ cdef class Framer:
         cdef list out = self.out
         cdef long long base = self.buf_offset
         while n - pos >= 4:
-            size = _size_at(p + pos)
+            size = int32_at(p + pos)
             if size < self.min_frame or size > self.max_frame or n - pos - 4 < size:
                 break
             out.append(tuple.__new__(Frame, (PyBytes_FromStringAndSize(<const char*>p + pos + 4, size),
@@ -191,7 +186,7 @@ cdef class Framer:
         if not self.synced:
             self._cut(self.last_ts, True)
         if self.synced and len(self.buf) >= 4:
-            reason = f"stream ended inside a frame ({len(self.buf) - 4} of {_size_at(self.buf)} bytes)"
+            reason = f"stream ended inside a frame ({len(self.buf) - 4} of {int32_at(self.buf)} bytes)"
         else:
             reason = self.skip_reason or "stream ended before a frame boundary"
         self._lose(len(self.buf), reason)
@@ -240,7 +235,7 @@ cdef class Framer:
             arrivals = self.arrivals  # frames found by resynchronising are dated by the bytes they came in
             is_implausible = False
             while n - pos >= 4:
-                size = _size_at(p + pos)
+                size = int32_at(p + pos)
                 if size < self.min_frame or size > self.max_frame:
                     implausible = size
                     is_implausible = True
@@ -346,7 +341,7 @@ cdef class Framer:
         cdef Py_ssize_t start, end
         if at < 0 or n - at < 4:
             return False, 0
-        size = _size_at(p + at)
+        size = int32_at(p + at)
         if size < MIN_FRAME or size > self.max_frame:
             return False, 0
         plausibility = self.plausibility
@@ -359,7 +354,7 @@ cdef class Framer:
         if n > end:  # the next frame's size and header must be plausible too
             next_header = None
             if n - end >= 4:
-                next_size = _size_at(p + end)
+                next_size = int32_at(p + end)
                 if next_size < self.min_frame or next_size > self.max_frame:
                     return False, 0
                 next_header = plausibility.header(buf, end + 4, n)

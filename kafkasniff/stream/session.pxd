@@ -2,7 +2,7 @@
 session, for the analyzer to call."""
 
 from kafkasniff.protocol.messages cimport Message
-from kafkasniff.stream.framing cimport Framer
+from kafkasniff.stream.framing cimport Framer, int32_at
 
 
 cdef class KafkaConnection:

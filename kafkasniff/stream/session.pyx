@@ -193,12 +193,6 @@ class ResponseFrames:
 cdef int NO_SIDE = -1
 
 
-cdef inline int _int32_at(bytes data):
-    """The big-endian int32 data starts with (it has 4 bytes)."""
-    cdef const unsigned char* p = data
-    return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
-
-
 cdef class Session:
     """Decode one connection. Sides are 0 and 1 (the caller's numbering)."""
 
@@ -531,7 +525,7 @@ cdef class Session:
         if self.sasl_raw:
             self.events.append(SaslTokenEvent(self.conn, SERVER_TO_CLIENT, frame, self.sasl_mechanism))
             return
-        correlation_id = _int32_at(payload) if len(payload) >= 4 else None
+        correlation_id = int32_at(payload) if len(payload) >= 4 else None
         request = self.pending.pop(correlation_id, None)
         if request is not None:
             self.pending_bytes -= len(request.payload)
