@@ -292,7 +292,10 @@ cdef class Output:
             if self._apart is None:  # made in the worker: what the parent counted before it forked is not ours
                 self._apart = type(self.stats)()
             self._shown_apart += 1
-            left = self._apart.count_apart(counted_item, bool(mentions))
+            topics = None
+            if mentions and _names_only(mentions):  # final here: counted here, the parent has nothing to name
+                topics, mentions = self._resolve(mentions), None
+            left = self._apart.count_apart(counted_item, topics, bool(mentions))
             return (left, mentions) if left is not None else None
         mentions = topics = None
         message = type(ev) is MessageEvent

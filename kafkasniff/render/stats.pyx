@@ -55,6 +55,12 @@ cdef class ApiStats:
 cdef class TopicStats:
     cdef public long long messages, bytes, records_produced, records_fetched
 
+    def add(self, TopicStats other) -> None:
+        self.messages += other.messages
+        self.bytes += other.bytes
+        self.records_produced += other.records_produced
+        self.records_fetched += other.records_fetched
+
 
 cdef class ClientStats:
     cdef public long long requests, bytes, errors
@@ -110,28 +116,31 @@ class Stats:
         else:
             self._merge(item[1])
 
-    def count_apart(self, tuple item, bint mentions) -> tuple | None:
+    def count_apart(self, tuple item, dict topics, bint mentions) -> tuple | None:
         """A parallel decode's worker: count here what does not depend on the capture's order (the message's API,
-        client id and bytes; SASL tokens, notices), and return what the parent must count in capture order, or
-        None: (_LEFT, is a request, size, plain Seen) when the message names topics (`mentions`: they are named
-        in order) or the analyses read it. The worker's counts go to the parent at the end (`totals`)."""
+        client id and bytes; SASL tokens, notices; `topics`, when its mentions name no topic id and so resolve
+        the same anywhere), and return what the parent must count in capture order, or None: (_LEFT, is a
+        request, size, plain Seen) when the message names topic ids (`mentions`: they are named in order) or the
+        analyses read it. The worker's counts go to the parent at the end (`totals`)."""
         if item is None or item[0] != _MESSAGE:
             self.count(item)
             return None
         facts = <tuple>item[1]
         self._count_message(facts)
+        self._count_topics(facts[2], facts[3], topics)
         if not mentions and item[2] is None:
             return None
         return (_LEFT, facts[2], facts[3], plain_seen(item[2]) if item[2] is not None else None)
 
     def totals(self) -> tuple:
         """What count_apart counted here, for the parent to add to its own (`count`)."""
-        return (_TOTALS, (self.apis, self.clients, self.sasl_tokens, self.notices, self.bytes))
+        return (_TOTALS, (self.apis, self.clients, self.topics, self.sasl_tokens, self.notices, self.bytes))
 
     def _merge(self, tuple totals) -> None:
-        apis_, clients, sasl_tokens, notices, byte_counts = totals
+        apis_, clients, topics, sasl_tokens, notices, byte_counts = totals
         _add_each(self.apis, apis_)
         _add_each(self.clients, clients)
+        _add_each(self.topics, topics)
         self.sasl_tokens += sasl_tokens
         self.notices.update(notices)
         self.bytes.update(byte_counts)
@@ -215,7 +224,8 @@ class Stats:
 
 
 cdef int _add_each(dict mine, dict theirs) except -1:
-    """A worker's rows (ApiStats or ClientStats by key) added to these: each to its own, or taken as it is."""
+    """A worker's rows (ApiStats, ClientStats or TopicStats by key) added to these: each to its own, or taken as it
+    is."""
     for key, row in theirs.items():
         own = mine.get(key)
         if own is None:
