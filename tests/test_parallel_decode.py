@@ -122,6 +122,23 @@ def test_stats_on_workers_count_what_one_process_counts(options):
     assert single[1] > 0 and single[0]["apis"]
 
 
+def test_pipes_carry_plain_values_marshalled_and_anything_else_pickled():
+    """What workers and parent send each other is marshalled (faster than a pickle to make) when it is plain values,
+    as events, lines and --stats' items are; a worker's totals (compiled counters) and a message the parent renders
+    go pickled, and the reader tells the two apart by their first byte."""
+    from kafkasniff.render.stats import ApiStats
+
+    reply = (41, [(40, 0, b"line\n", None), (41, 1, (3, False, 61, (1.5, 9, ("127.0.0.1", 21055), None)),
+                                              [["orders", None, 0, [2]], None])], 7, 0)
+    data = parallel._dumps(reply)
+    assert data[0] != 0x80 and parallel._loads(data) == reply
+    stats = ApiStats(0, "Produce")
+    stats.requests = 3
+    data = parallel._dumps((parallel.END, [(parallel.END, 0, (4, {0: stats}), None)], 1, 0))
+    assert data[0] == 0x80
+    assert parallel._loads(data)[1][0][2][1][0].to_json() == stats.to_json()
+
+
 def test_stats_tables_alike_on_workers():
     assert run("--stats", "-j", "3", *ALL_CAPTURES) == run("--stats", "-j", "1", *ALL_CAPTURES)
 

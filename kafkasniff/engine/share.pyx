@@ -171,7 +171,7 @@ def handle_all(Analyzer analyzer, list items, render, reply, long long reply_byt
 
 
 # What a --stats item (a tuple: render.stats.counted) is taken to weigh, so that the items a worker holds are
-# bounded as lines are (a message's item with what the analyses read of it, pickled: 100-600 bytes).
+# bounded as lines are (a message's item with what the analyses read of it, serialized: 100-600 bytes).
 COUNTED_ITEM_BYTES = 256
 
 
