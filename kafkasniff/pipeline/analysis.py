@@ -25,8 +25,8 @@ id, where `decode` tells them apart by object.
 from __future__ import annotations
 
 import heapq
+import marshal
 import math
-import pickle
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,8 +52,10 @@ class StagedSeen:
         self._rows: list[tuple] = []
 
     def add(self, ts: float, file: int, index: int, seen: Seen) -> None:
-        # Pickled: the run's own tasks write and read these files, as Spark pickles what its Python workers pass.
-        self._rows.append((ts, file, index, len(self._rows), pickle.dumps(plain_seen(seen), pickle.HIGHEST_PROTOCOL)))
+        # Marshalled (plain values only, made and read by this run's own tasks, on the one Python version Spark
+        # allows its driver and executors): made in half a pickle's time, and a decode task stages a Seen for about
+        # every other message.
+        self._rows.append((ts, file, index, len(self._rows), marshal.dumps(plain_seen(seen))))
 
     def close(self) -> tuple[str, int] | None:
         """(staged file, rows), None when there was nothing to stage."""
@@ -81,6 +83,6 @@ def analyse(staged: list[str], out: str) -> dict[str, int]:
     filesystem, _ = output_fs(out)
     insight = Insight(samples=False)
     for *_, staged_seen in heapq.merge(*(_staged_rows(filesystem, path) for path in staged)):
-        insight.take(seen_from_plain(pickle.loads(staged_seen)))
+        insight.take(seen_from_plain(marshal.loads(staged_seen)))
     return {GROUPS.name: write_rows(GROUPS, insight.group_rows(), out),
             PARTITIONS.name: write_rows(PARTITIONS, insight.partition_rows(), out)}
