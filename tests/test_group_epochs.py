@@ -84,16 +84,16 @@ M1, M2, M3 = "q0dLzyB1RUe0rHc9LrJ2Xw", "Vt9Xt0yuTJa2Qj5LqRcYcw", "bW7kPz3SRcKmN2
 
 
 class ConsumerMember:
-    """A consumer of the group `orders-app` (ConsumerGroupHeartbeat v1: the member id is its own)."""
+    """A consumer of the group `orders-app`, or another (ConsumerGroupHeartbeat v1: the member id is its own)."""
 
-    def __init__(self, client: Client, member_id: str):
-        self.client, self.member_id = client, member_id
+    def __init__(self, client: Client, member_id: str, group: str = "orders-app"):
+        self.client, self.member_id, self.group = client, member_id, group
 
     def heartbeat(self, at: float, epoch: int, answer: int | None, given: dict | None = None, *, full: bool = False,
                   owned: dict | None = None, error: int = 0) -> None:
         """A heartbeat at `epoch` answered with epoch `answer` and assignment `given` (None: unchanged), or with
         `error`; a full one (joining) carries the subscription and the partitions owned."""
-        request = {"GroupId": "orders-app", "MemberId": self.member_id, "MemberEpoch": epoch,
+        request = {"GroupId": self.group, "MemberId": self.member_id, "MemberEpoch": epoch,
                    "RebalanceTimeoutMs": -1, "SubscribedTopicNames": None, "TopicPartitions": None}
         if full:
             request.update(RebalanceTimeoutMs=300000, SubscribedTopicNames=["orders"], ServerAssignor="uniform",
@@ -354,6 +354,23 @@ def test_fetches_count_towards_the_group_whose_epoch_gives_the_partitions(captur
              c["last"]["lag"]) for c in consumers] == [
         ("orders-app", "orders-c1", "orders", 0, 2, 40, 5), ("orders-app", "orders-c1", "orders", 1, 2, 38, 7),
         ("orders-app", "orders-c2", "orders", 2, 2, 41, 4)]
+
+
+def test_a_fetch_counts_towards_its_group_before_and_after_the_topic_id_is_named(tmp_path):
+    """One consumer in two groups, given partitions by topic id: its Fetch of `orders` is the group that holds
+    them both before the capture names the id (the fetch names it by id) and after (by name: the assignment is
+    read anew when an id is named; by the member alone it would be either group)."""
+    c1 = Client("orders-c1", ("10.0.0.11", 50001), 0)
+    ConsumerMember(c1, M1).heartbeat(0, 0, 1, {ORDERS: [0, 1, 2]}, full=True)
+    ConsumerMember(c1, M2, "audit-app").heartbeat(0.5, 0, 1, {AUDIT: [0]}, full=True)
+    fetch(c1, 1, ORDERS, {0: 10}, 15)
+    metadata(c1, 2, {"orders": (ORDERS, 3), "audit": (AUDIT, 1)})
+    fetch(c1, 3, ORDERS, {0: 12}, 15)
+    path = write_pcap(tmp_path / "named_later.pcap", c1.close(4))
+    result = CliRunner().invoke(main, ["lag", "--json", str(path)], catch_exceptions=False)
+    consumers = json.loads(result.stdout)["lag"]["consumers"]
+    assert [(c["group"], c["topic"], c["partition"], c["fetches"], c["last"]["fetch_offset"]) for c in consumers] \
+        == [("orders-app", ORDERS, 0, 1, 10), ("orders-app", "orders", 0, 1, 12)]
 
 
 # --- any order of heartbeats ---------------------------------------------------------------------------------

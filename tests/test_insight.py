@@ -13,12 +13,14 @@ from click.testing import CliRunner
 
 from capture_manifest import load_capture
 from clients import GROUP_SESSION_TIMEOUT_MS
+from kafkasniff.analyses.groups import GroupTracker, named
 from kafkasniff.analyses.insight import Insight
 from kafkasniff.capture.files import open_capture
 from kafkasniff.cli import main
 from kafkasniff.stream.analyzer import Analyzer
 
 REBALANCES = ["rebalance_kafka_python", "rebalance_confluent_kafka", "rebalance_aiokafka"]
+REBALANCES_GROUPS = [name.replace("_", "-") for name in REBALANCES]  # each capture's group
 
 
 @cache
@@ -141,6 +143,46 @@ def test_every_produced_record_is_matched_once_per_consumer_that_fetched_it():
     for name in REBALANCES:  # one consumer group, each record read once (a re-fetched batch is not counted)
         (topic,) = insight(name).lag.latency.to_json()
         assert topic["records"] == len(load_capture(name).produced())
+
+
+def owner_from_scratch(tracker: GroupTracker, topic, partition, client, ip):
+    """What GroupTracker.owner answers, from every group's latest generation as it is now (the index it keeps is
+    remade only for the groups that changed)."""
+    owners, members = {}, {}
+    for group in tracker.groups.values():
+        gen = group.latest
+        for member_id, assignment in (gen.members.items() if gen is not None else ()):
+            info = group.members.get(member_id)
+            if info is None or info.ip is None:
+                continue
+            who = (info.client_id, info.ip)
+            members.setdefault(who, set()).add(group.group_id)
+            for name, numbers in (named(assignment, tracker.topic_names.by_id) or {}).items():
+                for number in numbers:
+                    owners.setdefault((name, number, *who), set()).add(group.group_id)
+    found = owners.get((topic, partition, client, ip)) or members.get((client, ip))
+    return next(iter(found)) if found is not None and len(found) == 1 else None
+
+
+def test_the_group_a_fetch_counts_towards_follows_every_rebalance_of_every_group(monkeypatch):
+    """Five captures' six groups in one run, rebalancing in turn: at every fetched partition, the group owner names is
+    the one the groups' latest generations give, as if its index were made anew."""
+    answers = []
+    kept = GroupTracker.owner
+
+    def checked(self, topic, partition, client, ip):
+        answers.append(kept(self, topic, partition, client, ip))
+        assert answers[-1] == owner_from_scratch(self, topic, partition, client, ip)
+        return answers[-1]
+
+    monkeypatch.setattr(GroupTracker, "owner", checked)
+    found = Insight(samples=False)
+    for name in [*REBALANCES, "consumer_group", "consumer_lag"]:
+        with open_capture(load_capture(name).pcap) as reader:
+            for ev in Analyzer(()).run(reader.segments()):
+                found.observe(ev)
+    assert sorted(found.groups.groups) == ["kafkasniff-group", "lag-fast", "lag-slow", *sorted(REBALANCES_GROUPS)]
+    assert len(answers) == 478 and {answer for answer in answers if answer is not None} == set(found.groups.groups)
 
 
 def run(*args: str):
