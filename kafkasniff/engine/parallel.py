@@ -103,7 +103,7 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
         nonlocal messages
         messages += decoded
         results.send_bytes(_dumps((watermark, items, messages, 0 if big is None else len(big))))
-        if big is not None:  # the last item's bytes, as they are: no pickle to make, copy and unmake
+        if big is not None:  # the last item's bytes, as they are: nothing to serialize, copy and load
             _write_all(results.fileno(), big)
 
     try:
