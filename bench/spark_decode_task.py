@@ -1,9 +1,10 @@
-"""A Spark decode task's work, measured outside Spark: `pipeline.connections.decode_partition` on a capture.
+"""A Spark decode task's work, measured outside Spark: the shuffle path's decode on a capture
+(`pipeline.connections.rows_of_batches` into `decode_segment_rows`, as pipeline.build does).
 
 The capture's segments are read into Arrow batches as the pipeline's read tasks make them (`pipeline.reading`),
 sorted by (key, ts, file, index) as the shuffle sorts a partition, cut into batches of --batch-rows rows (Spark's
-spark.sql.execution.arrow.maxRecordsPerBatch, 10,000 by default) and handed to decode_partition as one partition
-holding every connection; the staged tables go to a temporary folder. Prints the seconds decode_partition took
+spark.sql.execution.arrow.maxRecordsPerBatch, 10,000 by default) and decoded as one partition
+holding every connection; the staged tables go to a temporary folder. Prints the seconds the decode took
 and per TCP segment and per Kafka message; --profile adds cProfile's top functions.
 
 For instructions (noise-free on a shared machine), run it under callgrind twice, with and without
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kafkasniff.pipeline.connections import decode_partition
+from kafkasniff.pipeline.connections import decode_segment_rows, rows_of_batches
 from kafkasniff.pipeline.reading import read_local
 
 ROOT = Path(__file__).resolve().parent
@@ -43,9 +44,9 @@ def sorted_segments(capture: Path) -> pa.Table:
 
 
 def decode(segments: pa.Table, batch_rows: int, out: str) -> int:
-    """decode_partition over the segments; returns the messages staged."""
-    facts = pa.Table.from_batches(list(decode_partition(iter(segments.to_batches(max_chunksize=batch_rows)),
-                                                        ["capture"], frozenset(), out, "_staging", "00000-0")))
+    """The decode task over the segments; returns the messages staged."""
+    rows = rows_of_batches(segments.to_batches(max_chunksize=batch_rows))
+    facts = pa.Table.from_batches(list(decode_segment_rows(rows, ["capture"], frozenset(), out, "_staging", "00000-0")))
     staged = facts.to_pydict()
     return sum(rows for table, rows in zip(staged["table_name"], staged["rows"]) if table == "messages")
 
@@ -72,7 +73,7 @@ def main() -> None:
             profile.disable()
         seconds = time.perf_counter() - started
         print(f"{capture.stat().st_size / 1e6:.1f} MB, {segments.num_rows:,} segments, {messages:,} messages: "
-              f"decode_partition {seconds:.2f} s, {seconds / segments.num_rows * 1e6:.1f} µs per segment, "
+              f"decode {seconds:.2f} s, {seconds / segments.num_rows * 1e6:.1f} µs per segment, "
               f"{seconds / max(messages, 1) * 1e6:.1f} µs per message")
         if profile is not None:
             pstats.Stats(profile).sort_stats("tottime").print_stats(30)

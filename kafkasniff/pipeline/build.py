@@ -19,9 +19,9 @@
 The inputs are read and decoded once; no table row passes through the JVM.
 
 A run of one local uncompressed file of at most UNSHUFFLED_MAX_BYTES has nothing to merge across inputs: its first
-job has
-a task per partition that reads the whole file and decodes the connections hashed to it (reading.shard_rows),
-without the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
+job has a task per partition that reads the whole file and decodes the connections hashed to it
+(reading.shard_rows), without the shuffle and the Arrow batches on both sides of it, which cost more CPU than the
+decoding they fed.
 """
 
 from __future__ import annotations

@@ -255,14 +255,6 @@ cdef bint _copied(list same_time, seg, int file):
     return False
 
 
-def decode_partition(batches, list file_names, port_hints: frozenset, str out, str staging, str task,
-                     bytes keylog_text=b""):
-    """A Spark partition of segment batches sorted by (key, ts, file, index): rows of every table staged
-    under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL) returned.
-    keylog_text: the TLS key log lines the driver read, parsed once per partition."""
-    return decode_segment_rows(rows_of_batches(batches), file_names, port_hints, out, staging, task, keylog_text)
-
-
 def rows_of_batches(batches):
     """Each batch's rows as segment tuples (reading.SEGMENT_SCHEMA's order), a batch at a time."""
     for batch in batches:
@@ -271,8 +263,10 @@ def rows_of_batches(batches):
 
 def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str out, str staging, str task,
                         bytes keylog_text=b""):
-    """decode_partition for segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted
-    by (key, ts, file, index): what a task reading its share of a file has without Arrow (reading.shard_rows)."""
+    """A decode task's segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted by
+    (key, ts, file, index): a shuffled partition's (rows_of_batches) or a task's share of a file (reading.shard_rows).
+    Rows of every table staged under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL)
+    returned. keylog_text: the TLS key log lines the driver read, parsed once per task."""
     staged = StagedTables(out, staging, task)
     staged_seen = StagedSeen(out, staging, task)
     keylog = KeyLog()
