@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from kafkasniff.cli import main
 from kafkasniff.commands import decode
 from kafkasniff.engine import parallel
 from kafkasniff.engine.parallel import WorkerFailed, sniff_parallel
+from kafkasniff.engine.share import Merge, Replies
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
 from kafkasniff.render.output import CONTINUED, RENDERED_BY_PARENT, TREE_PART_BYTES, Output, OutputOptions
@@ -128,15 +130,68 @@ def test_pipes_carry_plain_values_marshalled_and_anything_else_pickled():
     go pickled, and the reader tells the two apart by their first byte."""
     from kafkasniff.render.stats import ApiStats
 
-    reply = (41, [(40, 0, b"line\n", None), (41, 1, (3, False, 61, (1.5, 9, ("127.0.0.1", 21055), None)),
-                                              [["orders", None, 0, [2]], None])], 7, 0)
+    index = struct.pack("=4q", 40, 5, 41, -1)  # a line, then a --stats item
+    reply = (41, index, b"line\n", [((3, False, 61, (1.5, 9, ("127.0.0.1", 21055), None)),
+                                      [["orders", None, 0, [2]], None])], 7, 0)
     data = parallel._dumps(reply)
     assert data[0] != 0x80 and parallel._loads(data) == reply
     stats = ApiStats(0, "Produce")
     stats.requests = 3
-    data = parallel._dumps((parallel.END, [(parallel.END, 0, (4, {0: stats}), None)], 1, 0))
+    data = parallel._dumps((parallel.END, struct.pack("=2q", parallel.END, -1), b"", [((4, {0: stats}), None)], 1, 0))
     assert data[0] == 0x80
-    assert parallel._loads(data)[1][0][2][1][0].to_json() == stats.to_json()
+    assert parallel._loads(data)[3][0][0][1][0].to_json() == stats.to_json()
+
+
+class _Written:
+    """What share.Merge hands an Output: lines written whole, and items delivered."""
+
+    def __init__(self):
+        self.calls = []
+
+    def write_lines(self, data, count):
+        self.calls.append(("lines", bytes(data), count))
+
+    def deliver(self, items):
+        self.calls.append(("deliver", list(items)))
+
+
+def test_merge_writes_the_workers_items_in_event_order_once_no_worker_can_precede_them():
+    """Each worker's reply: lines back to back with an index of (event number, end) pairs, or (number, -1 - k) for
+    its k-th special item (anything the parent must look at). Items are written by event number across workers,
+    each worker's in its own order, once every other worker's watermark says nothing earlier can come."""
+    replies = []
+
+    def reply(*args):
+        replies.append(args)
+
+    worker = Replies(reply)
+    for number, rendered in [(1, (b"a1\n", None)), (1, (b"a1 again\n", None)), (4, (b"a4 ", ["mention"])),
+                             (7, (b"a7\n", None))]:
+        worker.number = number
+        worker.add(rendered)
+    worker.send(7)
+    (watermark, index, text, specials, messages, big), = replies
+    assert (watermark, messages, big) == (7, 0, None)
+    assert struct.unpack(f"={len(index) // 8}q", index) == (1, 3, 1, 12, 4, -1, 7, 15)
+    assert bytes(text) == b"a1\na1 again\na7\n" and specials == [(b"a4 ", ["mention"])]
+
+    merge, written = Merge(2), _Written()
+    merge.add(0, bytes(index), bytes(text), specials)
+    merge.add(1, struct.pack("=4q", 2, 3, 3, -1), b"b2\n", [(b"b3", ["m"])])
+    assert merge.queued == [15 + 3, 3 + 2]
+    # worker 0 has done event 7, worker 1 event 5: worker 0's items up to 6, worker 1's up to 8
+    assert merge.deliver([7, 5], written)
+    assert written.calls == [("lines", b"a1\na1 again\nb2\n", 3), ("deliver", [(b"b3", ["m"]), (b"a4 ", ["mention"])])]
+    assert merge.queued == [3, 0]
+    written.calls.clear()
+    assert not merge.deliver([7, 5], written) and written.calls == []
+    merge.add(1, struct.pack("=2q", 9, 3), b"b9\n", [])
+    assert merge.deliver([7, 9], written)  # worker 1 has done event 9: worker 0's event 7 is next
+    assert written.calls == [("lines", b"a7\n", 1)]
+    written.calls.clear()
+    assert not merge.deliver([7, 9], written)  # worker 0 may still make event 8
+    assert merge.deliver([parallel.END, 9], written)
+    assert written.calls == [("lines", b"b9\n", 1)] and merge.queued == [0, 0]
 
 
 def test_stats_tables_alike_on_workers():

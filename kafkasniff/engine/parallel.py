@@ -6,11 +6,12 @@ connections (framing, decoding, pairing) and renders their events. The parent wr
 rendered events in exactly the order one process would have, resolving topic ids on the
 way, since resolving them needs every earlier message of the capture.
 
-Order: the parent numbers every TCP event. Workers tag what they render with (that
-number, rank within the event's output). Every batch goes to all workers at once and
-carries the last number handed out so far, the batch's watermark; a worker's reply
-carries it back once the batch is done, and one is sent whenever REPLY_BYTES have been
-rendered, with the number of the last event done. An item is written once no other worker
+Order: the parent numbers every TCP event. Workers tag what they render with that
+number, in the order they render it (share.Replies: lines back to back, with an index of
+numbers). Every batch goes to all workers at once and carries the last number handed out
+so far, the batch's watermark; a worker's reply carries it back once the batch is done,
+and one is sent whenever REPLY_BYTES have been rendered, with the number of the last event
+done. An item is written once no other worker
 can still produce an earlier one: every other worker's watermark is at least the number
 before its own (an event is one worker's). The parent stops reading a worker that holds
 QUEUE_BYTES it cannot write yet, until the others catch up. So what waits in the workers,
@@ -36,12 +37,10 @@ import signal
 import threading
 import time
 import traceback
-from bisect import bisect_right
-from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from kafkasniff.render.output import Output
-from kafkasniff.engine.share import handle_all, rendered_size, share_out, share_out_live
+from kafkasniff.engine.share import END, Merge, Replies, handle_all, share_out, share_out_live
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.tcp import TcpReassembler
 
@@ -55,9 +54,7 @@ BATCH_BYTES = 4 << 20  # ... and stream bytes per batch, so batches of big segme
 REPLY_BYTES = 1 << 20  # rendered bytes a worker gathers before it replies, whether its batch is done or not
 QUEUE_BYTES = 4 << 20  # rendered bytes of a worker waiting in the parent for the others, past which it is not read
 PIPE_BYTES = 1 << 20  # the pipes' size (fs.pipe-max-size is 1 MiB by default)
-END = 1 << 62  # the watermark of a worker's last reply: it has nothing more
 FAILED = -2  # a worker's reply after an exception: the traceback follows
-_NUMBER, _ORDER = itemgetter(0), itemgetter(0, 1)  # of a rendered item: (number, rank, line, mentions)
 # The parent feeds every worker: when cores are short, it must not wait for them.
 WORKER_NICENESS = 10
 
@@ -99,24 +96,27 @@ def _work(inbox: Connection, results: Connection, make_analyzer, output: Output,
     render = output.render
     messages = 0  # decoded so far, for the parent to count (sniff's summary)
 
-    def reply(watermark: int, items: list, decoded: int, big=None) -> None:
+    def reply(watermark: int, index, text, specials: list, decoded: int, big) -> None:
         nonlocal messages
         messages += decoded
-        results.send_bytes(_dumps((watermark, items, messages, 0 if big is None else len(big))))
-        if big is not None:  # the last item's bytes, as they are: nothing to serialize, copy and load
+        results.send_bytes(_dumps((watermark, index, text, specials, messages, 0 if big is None else len(big))))
+        if big is not None:  # the last special's bytes, as they are: nothing to serialize, copy and load
             _write_all(results.fileno(), big)
 
+    replies = Replies(reply)
     try:
         watermark = None
         while watermark != END:
             watermark, events = _loads(inbox.recv_bytes())
-            items, decoded = handle_all(analyzer, events, render, reply, REPLY_BYTES)
+            handle_all(analyzer, events, render, replies, REPLY_BYTES)
             if watermark == END:  # what the output renders once all is rendered (--stats: the worker's totals)
-                items += [(END, rank, *rendered) for rank, rendered in enumerate(output.render_end())]
-            reply(watermark, items, decoded)
+                replies.number = END
+                for rendered in output.render_end():
+                    replies.add(rendered)
+            replies.send(watermark)
     except BaseException:
         with contextlib.suppress(OSError):
-            results.send_bytes(_dumps((FAILED, traceback.format_exc(), messages, 0)))
+            results.send_bytes(_dumps((FAILED, traceback.format_exc())))
 
 
 def _dumps(value) -> bytes:
@@ -172,8 +172,7 @@ class _Merger:
         self.output = output
         self.flush_each = flush_each
         self.results = [w.results for w in workers]
-        self.queues: list[list] = [[] for _ in workers]  # (number, rank, line, mentions), in order
-        self.queued = [0] * len(workers)  # their bytes (share.rendered_size)
+        self.merge = Merge(len(workers))  # what they sent, not written yet
         self.watermarks = [-1] * len(workers)
         self.messages = [0] * len(workers)  # decoded by each worker so far
         self.error: BaseException | None = None
@@ -184,49 +183,32 @@ class _Merger:
 
         try:
             live = {conn: i for i, conn in enumerate(self.results)}
+            queued = self.merge.queued
             while live:
                 # Not a worker holding QUEUE_BYTES: it waits for the others. The one with the lowest watermark is
-                # always read: all it sent can be written (see _deliver_ready).
-                for conn in wait([conn for conn, i in live.items() if self.queued[i] < QUEUE_BYTES]):
+                # always read: all it sent can be written (see Merge.deliver).
+                for conn in wait([conn for conn, i in live.items() if queued[i] < QUEUE_BYTES]):
                     i = live[conn]
                     try:
-                        watermark, items, messages, big = _loads(conn.recv_bytes())
-                        if big:  # the last item's bytes follow the message
-                            number, rank, _, mentions = items[-1]
-                            items[-1] = (number, rank, _read_exactly(conn.fileno(), big), mentions)
+                        reply = _loads(conn.recv_bytes())
+                        if reply[0] == FAILED:
+                            raise WorkerFailed(f"decode worker {i} failed:\n{reply[1]}")
+                        watermark, index, text, specials, messages, big = reply
+                        if big:  # the last special's bytes follow the message
+                            specials[-1] = (_read_exactly(conn.fileno(), big), specials[-1][1])
                     except EOFError:
                         raise WorkerFailed(f"decode worker {i} ended without a word") from None
-                    if watermark == FAILED:
-                        raise WorkerFailed(f"decode worker {i} failed:\n{items}")
-                    self.queues[i].extend(items)
-                    self.queued[i] += sum([rendered_size(item[2]) for item in items])
+                    self.merge.add(i, index, text, specials)
                     self.watermarks[i] = watermark
                     self.messages[i] = messages
                     if watermark == END:
                         del live[conn]
-                self._deliver_ready()
+                if self.merge.deliver(self.watermarks, self.output) and self.flush_each:
+                    self.output.flush()
         except BaseException as e:
             self.error = e
             for conn in self.results:  # workers blocked on writing to us now fail, and stop reading theirs
                 conn.close()
-
-    def _deliver_ready(self) -> None:
-        """Deliver, in order, the items that no other worker can still precede: a worker's items numbered up to
-        one more than every other worker's watermark (their next items are numbered past their watermarks, and
-        never the same: an event is one worker's)."""
-        ready = []
-        for i, q in enumerate(self.queues):
-            others = min(self.watermarks[:i] + self.watermarks[i + 1:], default=END)
-            cut = bisect_right(q, others + 1, key=_NUMBER)
-            if cut:
-                ready += q[:cut]
-                self.queued[i] -= sum([rendered_size(item[2]) for item in q[:cut]])
-                del q[:cut]
-        if ready:
-            ready.sort(key=_ORDER)
-            self.output.deliver([(line, mentions) for _, _, line, mentions in ready])
-            if self.flush_each:
-                self.output.flush()
 
 
 def decode_parallel(segments_after_start, output: Output, make_analyzer, jobs: int) -> None:

@@ -4,10 +4,15 @@ tuple of plain values for its connection's worker; the worker hands each tuple t
 Every packet of a capture passes through the parent's loop, which one core runs for all the workers: in Python it
 cost about 4,500 instructions per event (parallel.py says why the events travel as plain tuples)."""
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.string cimport memcpy
+
 from kafkasniff.stream import tcp
 
 from kafkasniff.stream.analyzer cimport Analyzer
 from kafkasniff.stream.session cimport MessageEvent
+from kafkasniff.render.output import OUTPUT_BLOCK
 from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, StreamData
 
 # An event's kind, the second value of its tuple (the first is its number in capture order). TICK is not a TCP
@@ -15,6 +20,11 @@ from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, Str
 DATA, OPENED, GAP, ENDED, LATE, TICK = range(6)
 cdef int _DATA = DATA, _OPENED = OPENED, _GAP = GAP, _ENDED = ENDED, _LATE = LATE, _TICK = TICK
 cdef int _BOTH = tcp.BOTH
+END = 1 << 62  # the number of what a worker renders once all is rendered, and the watermark of its last reply
+cdef long long _END = END
+cdef enum:
+    ITEM_BYTES = 16  # an item of a reply's index: two int64 (Replies)
+cdef Py_ssize_t _OUTPUT_BLOCK = OUTPUT_BLOCK
 
 
 cpdef tuple plain(long long number, event):
@@ -100,46 +110,70 @@ def share_out_live(blocks, reassembler, list batches, send, stopped, now) -> boo
     return True
 
 
-cdef class Replies:
-    """What a worker rendered and has not sent yet, for `handle_all`, which sends it with `reply(watermark, items,
-    messages, big)`: items are (event number, rank within the event's output, rendered...), in order; `big`, when
-    not None, is a part of an event's output sent after them, out of band (Output.render's parts)."""
+cdef inline void _append(bytearray buffer, const char *data, Py_ssize_t size):
+    cdef Py_ssize_t at = PyByteArray_GET_SIZE(buffer)
+    PyByteArray_Resize(buffer, at + size)
+    memcpy(PyByteArray_AS_STRING(buffer) + at, data, size)
 
-    cdef list out
-    cdef long long number, size, messages
-    cdef int rank
+
+cdef inline void _append_item(bytearray index, long long number, long long where):
+    """An item of a reply's index: its event number, and where it is (see Replies)."""
+    cdef long long pair[2]
+    pair[0], pair[1] = number, where
+    _append(index, <const char *>pair, ITEM_BYTES)
+
+
+cdef class Replies:
+    """What a worker rendered and has not sent yet, for `handle_all`, which sends it with `reply(watermark, index,
+    text, specials, messages, big)`, in the order rendered. `index` holds two native int64 per item: the event's
+    number, and where the item is: a line with nothing for the parent to resolve (most) ends there in `text`, where
+    such lines lie back to back; any other item is `specials[-1 - where]`, as Output.render gave it. A line costs a
+    copy into `text` instead of a tuple to serialize, load, sort and unpack (the parent's merge, Merge, is compiled
+    too). `big`, when not None, is a part of an event's output sent after them, out of band (Output.render's
+    parts)."""
+
+    cdef bytearray index, text
+    cdef list specials
+    cdef public long long number  # of the event being rendered
+    cdef long long size, messages
     cdef object reply
 
     def __init__(self, reply):
-        self.out = []
         self.reply = reply
+        self._clear()
+
+    cdef void _clear(self):
+        self.index, self.text, self.specials = bytearray(), bytearray(), []
+        self.size = self.messages = 0
 
     cpdef add(self, tuple rendered):
-        """What the renderer made of the current event (or a part of it)."""
-        self.out.append((self.number, self.rank, *rendered))
-        self.rank += 1
-        self.size += rendered_size(rendered[0])
+        """What the renderer made of the current event (or a part of it): (line, mentions)."""
+        line, mentions = rendered
+        if mentions is None and type(line) is bytes:
+            _append(self.text, PyBytes_AS_STRING(<bytes>line), len(<bytes>line))
+            _append_item(self.index, self.number, PyByteArray_GET_SIZE(self.text))
+            self.size += len(<bytes>line)
+            return
+        self.specials.append(rendered)
+        _append_item(self.index, self.number, -len(self.specials))
+        self.size += rendered_size(line)
 
     def add_big(self, data, mentions) -> None:
         """A big part of the current event's output (`data`: a buffer valid during the call): sent at once, after
         what is waiting, with the event before it as watermark (more of this one may follow)."""
-        self.out.append((self.number, self.rank, None, mentions))
-        self.rank += 1
+        self.specials.append((None, mentions))
+        _append_item(self.index, self.number, -len(self.specials))
         self.send(self.number - 1, data)
 
-    cdef send(self, long long watermark, big=None):
-        self.reply(watermark, self.out, self.messages, big)
-        self.out = []
-        self.size = self.messages = 0
+    cpdef send(self, long long watermark, big=None):
+        self.reply(watermark, self.index, self.text, self.specials, self.messages, big)
+        self._clear()
 
 
-def handle_all(Analyzer analyzer, list items, render, reply, long long reply_bytes) -> tuple:
+def handle_all(Analyzer analyzer, list items, render, Replies replies, long long reply_bytes) -> None:
     """A worker's batch: each item to its Analyzer method, each resulting event rendered (`render(event,
-    replies)`), as (number, rank within the item's events, rendered...) for what the renderer keeps. Whenever what
-    was rendered reaches `reply_bytes` (lines, and the payloads of events handed on whole), `reply(number, rendered,
-    messages, None)` sends it with the number of the item just done as watermark and how many of its events were
-    messages; the rest is returned, with its count of messages."""
-    cdef Replies replies = Replies(reply)
+    replies)`) into `replies`. Whenever what was rendered reaches `reply_bytes` (lines, and the payloads of events
+    handed on whole), it is sent with the number of the item just done as watermark; the rest stays in `replies`."""
     cdef tuple item, rendered
     cdef int kind
     for item in items:
@@ -158,7 +192,6 @@ def handle_all(Analyzer analyzer, list items, render, reply, long long reply_byt
         else:
             events = analyzer.ended(item[2], item[3])
         replies.number = item[0]
-        replies.rank = 0
         for ev in events:
             if type(ev) is MessageEvent:
                 replies.messages += 1
@@ -167,7 +200,115 @@ def handle_all(Analyzer analyzer, list items, render, reply, long long reply_byt
                 replies.add(rendered)
         if replies.size >= reply_bytes:
             replies.send(item[0])
-    return replies.out, replies.messages
+
+
+cdef class _Reply:
+    """A reply waiting in the parent (Replies): `at` its next item, `text_at` where that item's line starts when
+    it is one."""
+    cdef bytes index, text
+    cdef list specials
+    cdef Py_ssize_t at, count, text_at
+
+    def __cinit__(self, bytes index, bytes text, list specials):
+        self.index, self.text, self.specials = index, text, specials
+        self.count = len(index) // ITEM_BYTES
+
+    cdef inline long long number(self):
+        cdef long long value
+        memcpy(&value, PyBytes_AS_STRING(self.index) + self.at * ITEM_BYTES, 8)
+        return value
+
+    cdef inline long long where(self):
+        cdef long long value
+        memcpy(&value, PyBytes_AS_STRING(self.index) + self.at * ITEM_BYTES + 8, 8)
+        return value
+
+
+cdef class Merge:
+    """The workers' replies, as the parent holds them until it can write them in capture order (parallel.py): an
+    item can be written once no other worker can still produce an earlier one."""
+
+    cdef list replies  # per worker, the replies not all written (a list of _Reply)
+    cdef readonly list queued  # per worker, the bytes waiting (rendered_size)
+
+    def __init__(self, int workers):
+        self.replies = [[] for _ in range(workers)]
+        self.queued = [0] * workers
+
+    def add(self, int worker, index, text, list specials) -> None:
+        """A worker's reply (Replies.send), its big part, if any, already in its last special. Index and text are
+        bytes when marshalled, bytearrays when pickled (_dumps: a message the parent renders)."""
+        if type(index) is not bytes:
+            index, text = bytes(index), bytes(text)
+        cdef Py_ssize_t size = len(text)
+        for line, _ in specials:
+            size += rendered_size(line)
+        if len(index):
+            (<list>self.replies[worker]).append(_Reply(index, text, specials))
+            self.queued[worker] += size
+
+    def deliver(self, list watermarks, output) -> bool:
+        """Write, in order, every item numbered at most one more than every other worker's watermark (their next
+        items are numbered past their watermarks, and never the same: an event is one worker's), to `output`:
+        lines with nothing to resolve straight (Output.write_lines), anything else through Output.deliver. Whether
+        anything was written."""
+        cdef Py_ssize_t workers = len(self.replies), i, best
+        cdef long long limit, number, best_number, where, others
+        cdef list limits = []
+        for i in range(workers):
+            others = _END
+            for j in range(workers):
+                if j != i and <long long>watermarks[j] < others:
+                    others = watermarks[j]
+            limits.append(others + 1 if others < _END else _END)
+        cdef bytearray lines = bytearray()
+        cdef long long line_count = 0, delivered = 0
+        cdef list specials = []
+        cdef _Reply reply
+        cdef list queue
+        cdef Py_ssize_t size
+        while True:
+            best, best_number = -1, _END + 1
+            for i in range(workers):
+                queue = self.replies[i]
+                if not queue:
+                    continue
+                number = (<_Reply>queue[0]).number()
+                if number <= <long long>limits[i] and number < best_number:
+                    best, best_number = i, number
+            if best < 0:
+                break
+            queue = self.replies[best]
+            reply = queue[0]
+            where = reply.where()
+            if where >= 0:
+                if specials:
+                    output.deliver(specials)
+                    specials = []
+                size = where - reply.text_at
+                _append(lines, PyBytes_AS_STRING(reply.text) + reply.text_at, size)
+                reply.text_at = where
+                line_count += 1
+                if PyByteArray_GET_SIZE(lines) >= _OUTPUT_BLOCK:
+                    output.write_lines(lines, line_count)
+                    lines, line_count = bytearray(), 0
+            else:
+                if line_count:
+                    output.write_lines(lines, line_count)
+                    lines, line_count = bytearray(), 0
+                item = reply.specials[-1 - where]
+                specials.append(item)
+                size = rendered_size((<tuple>item)[0])
+            self.queued[best] -= size
+            delivered += 1
+            reply.at += 1
+            if reply.at == reply.count:
+                del queue[0]
+        if line_count:
+            output.write_lines(lines, line_count)
+        if specials:
+            output.deliver(specials)
+        return delivered > 0
 
 
 # What a --stats item (a tuple: render.stats.counted) is taken to weigh, so that the items a worker holds are

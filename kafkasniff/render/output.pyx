@@ -339,6 +339,11 @@ cdef class Output:
             return []
         return [((*self._apart.totals(), self._shown_apart), None)]
 
+    def write_lines(self, data, long long count) -> None:
+        """`count` lines that workers rendered whole (nothing to resolve), back to back, in capture order."""
+        self.write_bytes(data)
+        self.shown += count
+
     def deliver(self, rendered: list[tuple[bytes, list | None]]) -> None:
         """Write rendered events, in capture order: (line, mentions) each, (event, mentions) for an event the
         parent renders (RENDERED_BY_PARENT), or a message's parts (render: mentions, topics or CONTINUED)."""
