@@ -100,3 +100,42 @@ def test_a_gap_inside_a_big_frame_loses_what_came_of_it(lost_after):
     out = run([big[:40_000], big[40_000:lost_after], 5_000, frame(8, 2)], fill=True)
     assert out[0] == Skipped(0, lost_after, "partial frame lost in a gap", 3.0)
     assert out[1] == Skipped(lost_after, 5_000, "bytes missing from the capture", 3.0, False)
+
+
+class Asked:
+    """Refuses every frame, noting each candidate it is asked about (its size and first header bytes)."""
+
+    header_bytes = 4
+    correlation_at = 0
+
+    def __init__(self):
+        self.starts = []
+
+    def header(self, buf, pos: int, end: int) -> bool:
+        self.starts.append(bytes(buf[pos - 4:pos + 4]))
+        return False
+
+    def frame(self, buf, pos: int, end: int) -> bool:
+        raise AssertionError("every candidate was refused by its header")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400) | st.lists(st.sampled_from(b"\x00\x01\x03\x04\x05\x7f\x80\xff"), max_size=400)
+       .map(bytes), requests=st.booleans(), max_frame=st.sampled_from([100 << 20, 1 << 24, (1 << 24) - 1, 65536,
+                                                                       5 << 16, (1 << 31) - 1]),
+       cut=st.integers(1, 64))
+def test_out_of_sync_every_position_with_a_plausible_size_and_header_is_judged_once_in_order(data, requests,
+                                                                                           max_frame, cut):
+    """A capture starting mid-connection is searched byte by byte (a 2 MB Fetch response's tail, say): a position
+    is asked about when its size lies from MIN_FRAME to the limit and, for requests, the API key and version are
+    below 256 (their high bytes 0), for responses the correlation id is not negative; each once, in stream order,
+    however the bytes come."""
+    asked = Asked()
+    framer = Framer(asked, max_frame, synced=False, requests=requests)
+    for at in range(0, len(data), cut):
+        framer.feed(data[at:at + cut], 1.0)
+    framer.close()
+    expected = [data[at:at + 8] for at in range(len(data) - framing.CANDIDATE_BYTES + 1)
+                if framing.MIN_FRAME <= struct.unpack_from(">i", data, at)[0] <= max_frame
+                and (data[at + 4] == 0 and data[at + 6] == 0 if requests else data[at + 4] < 0x80)]
+    assert asked.starts == expected

@@ -8,7 +8,7 @@ cdef inline long long int32_at(const unsigned char* p):
 
 cdef class Framer:
     cdef object plausibility
-    cdef object candidates
+    cdef bint requests  # the direction of requests (else responses): what a frame's first bytes must be
     cdef long long max_frame
     cdef bint synced
     # Raw SASL tokens may be empty (a broker answers a PLAIN token with a bare zero size):

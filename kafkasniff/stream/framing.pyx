@@ -17,10 +17,8 @@ direction carries) and the scan goes on from the byte after each of them, so a
 wrong size never swallows the frames behind it.
 """
 
-import re
 import struct
 from bisect import bisect_left, bisect_right, insort
-from functools import cache
 from operator import itemgetter
 from typing import NamedTuple, Protocol
 
@@ -78,7 +76,7 @@ cdef class Framer:
     def __init__(self, plausibility, long long max_frame=DEFAULT_MAX_FRAME, bint synced=True,
                  bint requests=False):
         self.plausibility = plausibility
-        self.candidates = size_prefix_pattern(max_frame, requests)
+        self.requests = requests
         self.max_frame = max_frame
         self.synced = synced
         self.min_frame = MIN_FRAME
@@ -309,14 +307,17 @@ cdef class Framer:
     cdef object _scan(self, bint final):
         """The first new candidate proven a frame (its stream offset); those that must wait are kept."""
         cdef long long base = self.buf_offset
-        cdef Py_ssize_t n = len(self.buf)
-        for match in self.candidates.finditer(self.buf, max(self.scan_from - base, 0)):
-            at = match.start()
+        cdef Py_ssize_t n = len(self.buf), at = max(self.scan_from - base, 0)
+        while True:
+            at = next_candidate(self.buf, at, n, self.max_frame, self.requests)
+            if at < 0:
+                break
             verdict, decided_at = self._judge(at, final)
             if verdict:
                 return base + at
             if verdict is None:
                 self._wait(decided_at, base + at)
+            at += 1
         self.scan_from = max(self.scan_from, base + (n if final else n - CANDIDATE_BYTES + 1))
         return None
 
@@ -368,19 +369,25 @@ cdef class Framer:
         return plausibility.frame(buf, start, end), 0
 
 
-# Candidate positions are found by a regular expression (C speed) before the Python checks run:
-# a size prefix below the frame limit, and for requests the high bytes of the API key and version.
+# Candidate positions are found by a C loop before the checks that call the session run: a size prefix from
+# MIN_FRAME to about the frame limit, and for requests the high bytes of the API key and version.
 CANDIDATE_BYTES = 8
 
 
-@cache
-def size_prefix_pattern(max_frame: int, request: bool) -> re.Pattern:
-    """A size from MIN_FRAME to about max_frame; then a request's API key and version below 256, or a
-    response's correlation id, which is not negative."""
-    if max_frame >= 1 << 24:
-        size = rb"[\x00-" + re.escape(bytes([min(max_frame >> 24, 0x7F)])) + rb"]..."
-    else:
-        size = rb"\x00[\x00-" + re.escape(bytes([max_frame >> 16])) + rb"].."
-    too_small = rb"(?!\x00\x00\x00[\x00-" + re.escape(bytes([MIN_FRAME - 1])) + rb"])"
-    header = rb"\x00.\x00." if request else rb"[\x00-\x7f]..."
-    return re.compile(b"(?=" + too_small + size + header + b")", re.DOTALL)
+cdef Py_ssize_t next_candidate(const unsigned char* p, Py_ssize_t at, Py_ssize_t n, long long max_frame,
+                               bint requests):
+    """The first position from `at` where CANDIDATE_BYTES bytes may start a frame, or -1: a size from MIN_FRAME to
+    max_frame rounded up to its top byte (or, under 16 MiB, its top two); then a request's API key and version
+    below 256, or a response's correlation id, which is not negative. Out of sync, every byte of a stream may be
+    looked at (a capture starting in a 2 MB Fetch response): a few instructions a byte."""
+    cdef unsigned char top = <unsigned char>min(max_frame >> 24, 0x7F), second = <unsigned char>((max_frame >> 16) & 0xFF)
+    cdef bint wide = max_frame >= (1 << 24)
+    cdef Py_ssize_t last = n - CANDIDATE_BYTES
+    while at <= last:
+        if (p[at] <= top if wide else p[at] == 0 and p[at + 1] <= second) and \
+                not (p[at] == 0 and p[at + 1] == 0 and p[at + 2] == 0 and p[at + 3] < MIN_FRAME) and \
+                (p[at + 4] == 0 and p[at + 6] == 0 if requests else p[at + 4] <= 0x7F):
+            return at
+        at += 1
+    return -1
+
