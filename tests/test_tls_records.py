@@ -371,3 +371,31 @@ def test_records_wait_for_a_secret_the_followed_key_log_gets_later(tmp_path):
     assert tls.poll() == [(CLIENT, b"firstsecond")]
     assert tls.data(CLIENT, client.seal(APPLICATION_DATA, b"third")) == [(CLIENT, b"third")]
     assert tls.failure is None and not tls.waiting
+
+
+def header(kind: int, length: int, minor: int = 3) -> bytes:
+    return bytes([kind, 3, minor]) + struct.pack(">H", length)
+
+
+def test_a_connection_met_in_its_middle_is_tls_where_one_record_ends_at_the_next_ones_header():
+    """What tells TLS from Kafka when a capture starts mid-connection (tlsrecord, compiled: it looks at up to a
+    record's length of every such connection's first bytes, byte by byte)."""
+    from kafkasniff.stream.tlsrecord import is_handshake_start, record_boundary, record_length, starts_tls
+
+    record = header(APPLICATION_DATA, 7) + b"payload"
+    # a header alone is not enough: its record must end where the bytes or the next header do
+    fake = header(HANDSHAKE, 40) + b"\x00" * 3
+    assert record_boundary(b"\x01\x02" + fake + record + record) == 2 + len(fake)
+    assert record_boundary(bytearray(b"xyz" + record)) == 3  # ends exactly at the end of the bytes
+    assert record_boundary(b"xyz" + record + b"\x17\x03") is None  # ... or it does not end anywhere known
+    assert record_boundary(b"xyz" + record, limit=3) is None and record_boundary(b"xyz" + record, limit=4) == 3
+    assert record_boundary(b"") is None and record_boundary(record[:4]) is None
+    assert record_boundary(header(APPLICATION_DATA, 0) + record) == 5  # no empty records
+    assert record_boundary(header(APPLICATION_DATA, 7, minor=5) + b"payload" + record) == 12  # TLS 1.0-1.3 only
+    assert record_length(record, 0) == 7 and record_length(record, 1) is None
+    assert record_length(header(ALERT, (1 << 14) + 2048), 0) == (1 << 14) + 2048
+    assert record_length(header(ALERT, (1 << 14) + 2049), 0) is None
+    assert starts_tls(record + record[:3], False) and starts_tls(record, False)  # too little left to tell: TLS
+    assert not starts_tls(record + b"\x00\x00\x00\x10\x00", False) and not starts_tls(b"\x00\x00\x00\x10", False)
+    assert starts_tls(header(HANDSHAKE, 300), True) and not starts_tls(record, True)
+    assert is_handshake_start(header(HANDSHAKE, 1)[:3]) and not is_handshake_start(header(HANDSHAKE, 1)[:2])
