@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafkasniff.stream import framing
-from kafkasniff.stream.framing import Frame, Framer, Skipped
+from kafkasniff.stream.framing import Frame, Framer, Plausibility, Skipped
 
 
-class AnyFrame:
+class AnyFrame(Plausibility):
     """Out of sync, every position may start a frame that decodes (the framer's own rules decide)."""
 
-    header_bytes = 4
-    correlation_at = 0
+    def __init__(self):
+        super().__init__(4, 0)
 
     def header(self, buf, pos: int, end: int) -> bool | None:
         return None if end - pos < self.header_bytes else True  # as the sessions': None until it can tell
@@ -102,13 +102,11 @@ def test_a_gap_inside_a_big_frame_loses_what_came_of_it(lost_after):
     assert out[1] == Skipped(lost_after, 5_000, "bytes missing from the capture", 3.0, False)
 
 
-class Asked:
+class Asked(Plausibility):
     """Refuses every frame, noting each candidate it is asked about (its size and first header bytes)."""
 
-    header_bytes = 4
-    correlation_at = 0
-
     def __init__(self):
+        super().__init__(4, 0)
         self.starts = []
 
     def header(self, buf, pos: int, end: int) -> bool:

@@ -6,8 +6,15 @@ cdef inline long long int32_at(const unsigned char* p):
     return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
+cdef class Plausibility:
+    cdef readonly int header_bytes, correlation_at
+
+    cpdef object header(self, buf, Py_ssize_t pos, Py_ssize_t end)
+    cpdef bint frame(self, buf, Py_ssize_t pos, Py_ssize_t end) except -1
+
+
 cdef class Framer:
-    cdef object plausibility
+    cdef Plausibility plausibility
     cdef bint requests  # the direction of requests (else responses): what a frame's first bytes must be
     cdef long long max_frame
     cdef bint synced

@@ -30,6 +30,7 @@ from kafkasniff.protocol.messages cimport skim_request, skim_response
 from kafkasniff.protocol.quirks cimport _CONTROLLED_SHUTDOWN, _SASL_HANDSHAKE, expects_response, starts_raw_sasl
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
+from kafkasniff.stream.framing cimport Plausibility, int32_at
 from kafkasniff.stream.tcp import Endpoint
 from kafkasniff.stream.tlsrecord import starts_tls
 
@@ -46,8 +47,6 @@ MAX_PENDING = 1024
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 PENDING_SECONDS = 900.0
 INFERENCE_BUDGET = 64  # see ResponseFrames
-_HEAD = struct.Struct(">hhi")
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
@@ -122,32 +121,41 @@ cdef class NoticeEvent:
         self.size = size
 
 
-def request_header_plausible(buf, pos: int, end: int) -> bool | None:
-    """Cheap check that a Kafka request header starts at pos."""
-    if end - pos < 10:
+cpdef object request_header_plausible(buf, Py_ssize_t pos, Py_ssize_t end):
+    """Cheap check that a Kafka request header starts at buf[pos] (bytes or a bytearray): True, False, or None
+    when buf[pos:end] is too little to tell."""
+    cdef const unsigned char* p = buf
+    cdef int key, version, client_id_length
+    if end - pos < 10 or pos < 0 or end > len(buf):
         return None
-    key, version, correlation_id = _HEAD.unpack_from(buf, pos)
-    if key not in apis() or message_variant(key, "request", version) is None or correlation_id < 0:
+    key, version = _int16_at(p + pos), _int16_at(p + pos + 2)
+    if int32_at(p + pos + 4) < 0:
         return False
-    if key == _CONTROLLED_SHUTDOWN and version == 0:
-        return True
-    return -1 <= _I16.unpack_from(buf, pos + 8)[0] <= 4096  # client id length
+    shutdown_v0 = key == _CONTROLLED_SHUTDOWN and version == 0  # no client id
+    client_id_length = _int16_at(p + pos + 8)
+    if not shutdown_v0 and not -1 <= client_id_length <= 4096:
+        return False
+    return key in apis() and message_variant(key, "request", version) is not None
 
 
-class RequestFrames:
+cdef inline int _int16_at(const unsigned char* p):
+    return <short>((p[0] << 8) | p[1])
+
+
+cdef class RequestFrames(Plausibility):
     """What a request frame looks like, for resynchronising the client's direction."""
 
-    header_bytes = 10  # API key, version, correlation id, client id length
-    correlation_at = 4
+    def __init__(self):
+        Plausibility.__init__(self, 10, 4)  # API key, version, correlation id, client id length; the id's place
 
-    header = staticmethod(request_header_plausible)
+    cpdef object header(self, buf, Py_ssize_t pos, Py_ssize_t end):
+        return request_header_plausible(buf, pos, end)
 
-    @staticmethod
-    def frame(buf, pos: int, end: int) -> bool:
+    cpdef bint frame(self, buf, Py_ssize_t pos, Py_ssize_t end) except -1:
         return decode_request(bytes(buf[pos:end]), skim=True).complete
 
 
-class ResponseFrames:
+cdef class ResponseFrames(Plausibility):
     """What a response frame looks like, for resynchronising the broker's direction: its correlation id
     fits the requests seen, and it decodes as the response to its request (or, when that request was not
     captured, as some response).
@@ -156,26 +164,27 @@ class ResponseFrames:
     frames that fit, so a direction may spend only INFERENCE_BUDGET tries on candidates that do not
     (bytes crafted to pass the cheap checks), then it finds only responses to requests it saw."""
 
-    header_bytes = 4  # correlation id
-    correlation_at = 0
+    cdef Session session
+    cdef int inference_budget
 
-    def __init__(self, session):
+    def __init__(self, Session session):
+        Plausibility.__init__(self, 4, 0)  # the correlation id
         self.session = session
         self.inference_budget = INFERENCE_BUDGET
 
-    def header(self, buf, pos: int, end: int) -> bool | None:
+    cpdef object header(self, buf, Py_ssize_t pos, Py_ssize_t end):
         """Whether the correlation id fits the requests seen. Brokers answer in order, so a response whose
         request was not captured is older than every request still waiting."""
-        if end - pos < 4:
+        cdef const unsigned char* p = buf
+        if end - pos < 4 or pos < 0 or end > len(buf):
             return None
-        correlation_id = _I32.unpack_from(buf, pos)[0]
-        session = self.session
-        pending = session.pending
-        if correlation_id in pending or correlation_id in session.unanswered:
+        correlation_id = int32_at(p + pos)
+        pending = self.session.pending
+        if correlation_id in pending or correlation_id in self.session.unanswered:
             return True
         return correlation_id >= 0 and (not pending or correlation_id < min(pending))
 
-    def frame(self, buf, pos: int, end: int) -> bool:
+    cpdef bint frame(self, buf, Py_ssize_t pos, Py_ssize_t end) except -1:
         payload = bytes(buf[pos:end])
         request = self.session.request_answered_by(_I32.unpack_from(payload, 0)[0])
         if request is None:
@@ -213,7 +222,7 @@ cdef class Session:
         self.held = [[], []]
         self.held_bytes = [0, 0]
         self.probes = [
-            Framer(RequestFrames, max_frame, from_start[s], requests=True)
+            Framer(RequestFrames(), max_frame, from_start[s], requests=True)
             if handshake_client is None or handshake_client == s else None for s in (0, 1)]
         self.probed_request = None
         self.pending = {}
@@ -315,7 +324,7 @@ cdef class Session:
         self.client_side = client_side
         cdef int server_side = 1 - client_side
         self.conn = KafkaConnection(self.stream, self.endpoints[client_side], self.endpoints[server_side])
-        self.framers[client_side] = Framer(RequestFrames, self.max_frame, self.from_start[client_side],
+        self.framers[client_side] = Framer(RequestFrames(), self.max_frame, self.from_start[client_side],
                                            requests=True)
         self.framers[server_side] = Framer(ResponseFrames(self), self.max_frame, self.from_start[server_side])
         self.probes = [None, None]
