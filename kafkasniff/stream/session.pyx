@@ -155,6 +155,9 @@ cdef class RequestFrames(Plausibility):
         return decode_request(bytes(buf[pos:end]), skim=True).complete
 
 
+cdef RequestFrames _REQUEST_FRAMES = RequestFrames()  # it keeps nothing: every framer of requests shares it
+
+
 cdef class ResponseFrames(Plausibility):
     """What a response frame looks like, for resynchronising the broker's direction: its correlation id
     fits the requests seen, and it decodes as the response to its request (or, when that request was not
@@ -222,7 +225,7 @@ cdef class Session:
         self.held = [[], []]
         self.held_bytes = [0, 0]
         self.probes = [
-            Framer(RequestFrames(), max_frame, from_start[s], requests=True)
+            Framer(_REQUEST_FRAMES, max_frame, from_start[s], requests=True)
             if handshake_client is None or handshake_client == s else None for s in (0, 1)]
         self.probed_request = None
         self.pending = {}
@@ -324,7 +327,7 @@ cdef class Session:
         self.client_side = client_side
         cdef int server_side = 1 - client_side
         self.conn = KafkaConnection(self.stream, self.endpoints[client_side], self.endpoints[server_side])
-        self.framers[client_side] = Framer(RequestFrames(), self.max_frame, self.from_start[client_side],
+        self.framers[client_side] = Framer(_REQUEST_FRAMES, self.max_frame, self.from_start[client_side],
                                            requests=True)
         self.framers[server_side] = Framer(ResponseFrames(self), self.max_frame, self.from_start[server_side])
         self.probes = [None, None]
