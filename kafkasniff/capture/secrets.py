@@ -10,6 +10,8 @@ import gzip
 import os
 import struct
 
+from kafkasniff.capture._headers import skip_blocks
+
 SECTION_HEADER = 0x0A0D0D0A
 DECRYPTION_SECRETS = 0x0000000A
 TLS_KEY_LOG = 0x544C534B  # "TLSK": the secrets are NSS key log lines
@@ -48,6 +50,14 @@ def _secrets(stream):
             if not rest and len(buf) - at < 8:
                 return
             buf, at = buf[at:] + rest, 0
+        else:  # the blocks that are neither, skipped in C up to one of these or the end of what is buffered
+            at = skip_blocks(buf, at, order == ">")
+            if at > len(buf):
+                stream.seek(at - len(buf), os.SEEK_CUR)
+                buf, at = b"", 0
+                continue
+            if len(buf) - at < 12:
+                continue
         kind, length = _HEAD[order].unpack_from(buf, at)
         if kind == SECTION_HEADER:
             if len(buf) - at < 12:
