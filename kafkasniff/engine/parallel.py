@@ -6,24 +6,22 @@ connections (framing, decoding, pairing) and renders their events. The parent wr
 rendered events in exactly the order one process would have, resolving topic ids on the
 way, since resolving them needs every earlier message of the capture.
 
-Order: the parent numbers every TCP event. Workers tag what they render with that
-number, in the order they render it (share.Replies: lines back to back, with an index of
-numbers). Every batch goes to all workers at once and carries the last number handed out
-so far, the batch's watermark; a worker's reply carries it back once the batch is done,
-and one is sent whenever REPLY_BYTES have been rendered, with the number of the last event
-done. An item is written once no other worker
-can still produce an earlier one: every other worker's watermark is at least the number
-before its own (an event is one worker's). The parent stops reading a worker that holds
-QUEUE_BYTES it cannot write yet, until the others catch up. So what waits in the workers,
-the pipes and the parent is bounded, whatever a batch's bytes make (700,000 requests of
-14 bytes in one connection: 220 MB of JSON), and a slow worker holds up the others
-instead of letting them run ahead.
+Order: the parent numbers every TCP event. Workers tag what they render with that number, in the
+order they render it (share.Replies: lines back to back, with an index of numbers). Every batch
+goes to all workers at once and carries the last number handed out so far, the batch's watermark;
+a worker's reply carries it back once the batch is done, and one is sent whenever REPLY_BYTES have
+been rendered, with the number of the last event done. An item is written once no other worker can
+still produce an earlier one: every other worker's watermark is at least the number before its own
+(an event is one worker's; share.Merge). The parent stops reading a worker that holds QUEUE_BYTES
+it cannot write yet, until the others catch up. So what waits in the workers, the pipes and the
+parent is bounded, whatever a batch's bytes make (700,000 requests of 14 bytes in one connection:
+220 MB of JSON), and a slow worker holds up the others instead of letting them run ahead.
 
 -V, and --json of a message with records: its text comes in parts as it is made (Output.render); a
-part of TREE_PART_BYTES or more is sent out of band, as it is, right after the reply whose
-last item stands for it (its bytes None): serializing, copying and loading 300 MB of text cost more
-than making it; through a wide pipe it costs a few copies by the kernel. And nothing holds a whole
-message's text: a few KB of compressed records can make 600 MB of JSON.
+part of TREE_PART_BYTES or more is sent out of band, as it is, right after the reply whose last
+special item stands for it (its bytes None): serializing, copying and loading 300 MB of text cost
+more than making it; through a wide pipe it costs a few copies by the kernel. And nothing holds a
+whole message's text: a few KB of compressed records can make 600 MB of JSON.
 """
 
 from __future__ import annotations
