@@ -137,3 +137,31 @@ def test_out_of_sync_every_position_with_a_plausible_size_and_header_is_judged_o
                 if framing.MIN_FRAME <= struct.unpack_from(">i", data, at)[0] <= max_frame
                 and (data[at + 4] == 0 and data[at + 6] == 0 if requests else data[at + 4] < 0x80)]
     assert asked.starts == expected
+
+
+def test_a_response_older_than_every_request_waiting_is_judged_against_those_waiting_at_each_search():
+    """Out of sync, the broker's direction takes a frame whose request was not captured if its correlation id is
+    below every request still waiting (brokers answer in order). What is waiting changes as responses pair: each
+    search looks at it anew (a search works it out once, not once per candidate: up to 1,024 requests wait)."""
+    from kafkasniff.protocol.encoder import encode_request, encode_response
+    from kafkasniff.stream.session import MessageEvent, NoticeEvent, Session
+    from kafkasniff.stream.tcp import Endpoint
+
+    def response(correlation_id: int) -> bytes:
+        return encode_response(18, 2, correlation_id, {"error_code": 0, "api_keys": [], "throttle_time_ms": 0})
+
+    session = Session(0, (Endpoint("10.0.0.1", 50000), Endpoint("10.0.0.2", 9092)), client_side=0)
+    session.data(0, b"".join(encode_request(18, 2, i, "c", {}) for i in range(10)), 1.0)
+    session.gap(1, 100, 1.1)
+    # a size and a correlation id that no waiting request has and that is not below them all: refused
+    not_a_response = struct.pack(">ii", 14, 100)
+    answered = session.data(1, not_a_response + b"".join(response(i) for i in range(5)), 1.2)
+    assert [e.message.correlation_id for e in answered if type(e) is MessageEvent] == [0, 1, 2, 3, 4]
+    assert sorted(session.pending) == [5, 6, 7, 8, 9]
+    session.gap(1, 50, 1.3)
+    # 3 was answered already: its request is not waiting, and 3 is below the oldest waiting (5), so it may be a
+    # response to a request not captured; against what waited at the first search (0), it could not
+    events = session.data(1, response(3) + response(5), 1.4)
+    messages = [e for e in events if type(e) is MessageEvent]
+    assert [(e.message.correlation_id, e.inferred) for e in messages] == [(3, True), (5, False)]
+    assert not [e for e in events if type(e) is NoticeEvent and e.kind == "skipped"]

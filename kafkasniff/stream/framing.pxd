@@ -11,6 +11,7 @@ cdef class Plausibility:
 
     cpdef object header(self, buf, Py_ssize_t pos, Py_ssize_t end)
     cpdef bint frame(self, buf, Py_ssize_t pos, Py_ssize_t end) except -1
+    cpdef new_search(self)
 
 
 cdef class Framer:

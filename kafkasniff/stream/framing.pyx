@@ -53,6 +53,10 @@ cdef class Plausibility:
         """Is buf[pos:end], a whole payload, a frame of this direction (it decodes)?"""
         raise NotImplementedError
 
+    cpdef new_search(self):
+        """A search for a frame boundary begins. What the owner knows does not change until the framer returns
+        (it acts on frames after), so what header() works out from it may be kept until the next search."""
+
 
 class Frame(NamedTuple):
     payload: bytes        # the frame without its size prefix
@@ -273,6 +277,7 @@ cdef class Framer:
         cdef long long base = self.buf_offset, keep_from, drop
         cdef Py_ssize_t n = len(self.buf)
         found = None
+        self.plausibility.new_search()
         # Candidates that were waiting and can be decided now, in stream order, then new ones.
         waiting = self.waiting
         decidable = len(waiting) if final else bisect_right(waiting, (base + n, _LAST))

@@ -169,11 +169,15 @@ cdef class ResponseFrames(Plausibility):
 
     cdef Session session
     cdef int inference_budget
+    cdef object oldest  # min(session.pending) for the search under way, worked out when first needed
 
     def __init__(self, Session session):
         Plausibility.__init__(self, 4, 0)  # the correlation id
         self.session = session
         self.inference_budget = INFERENCE_BUDGET
+
+    cpdef new_search(self):
+        self.oldest = None  # the requests waiting may have changed since the last search
 
     cpdef object header(self, buf, Py_ssize_t pos, Py_ssize_t end):
         """Whether the correlation id fits the requests seen. Brokers answer in order, so a response whose
@@ -185,7 +189,13 @@ cdef class ResponseFrames(Plausibility):
         pending = self.session.pending
         if correlation_id in pending or correlation_id in self.session.unanswered:
             return True
-        return correlation_id >= 0 and (not pending or correlation_id < min(pending))
+        if correlation_id < 0:
+            return False
+        if not pending:
+            return True
+        if self.oldest is None:  # once a search, not once a candidate: up to MAX_PENDING requests wait
+            self.oldest = min(pending)
+        return correlation_id < self.oldest
 
     cpdef bint frame(self, buf, Py_ssize_t pos, Py_ssize_t end) except -1:
         payload = bytes(buf[pos:end])
