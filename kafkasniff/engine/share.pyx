@@ -253,7 +253,7 @@ cdef class Merge:
         lines with nothing to resolve straight (Output.write_lines), anything else through Output.deliver. Whether
         anything was written."""
         cdef Py_ssize_t workers = len(self.replies), i, best
-        cdef long long limit, number, best_number, where, others
+        cdef long long number, best_number, where, others
         cdef list limits = []
         for i in range(workers):
             others = _END

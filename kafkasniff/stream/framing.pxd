@@ -6,6 +6,11 @@ cdef inline long long int32_at(const unsigned char* p):
     return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
+cdef inline int int16_at(const unsigned char* p):
+    """The signed big-endian 16-bit integer at p (an API key, a version, a string's length)."""
+    return <short>((p[0] << 8) | p[1])
+
+
 cdef class Plausibility:
     cdef readonly int header_bytes, correlation_at
 

@@ -30,7 +30,7 @@ from kafkasniff.protocol.messages cimport skim_request, skim_response
 from kafkasniff.protocol.quirks cimport _CONTROLLED_SHUTDOWN, _SASL_HANDSHAKE, expects_response, starts_raw_sasl
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
-from kafkasniff.stream.framing cimport Plausibility, int32_at
+from kafkasniff.stream.framing cimport Plausibility, int16_at, int32_at
 from kafkasniff.stream.tcp import Endpoint
 from kafkasniff.stream.tlsrecord import starts_tls
 
@@ -128,18 +128,14 @@ cpdef object request_header_plausible(buf, Py_ssize_t pos, Py_ssize_t end):
     cdef int key, version, client_id_length
     if end - pos < 10 or pos < 0 or end > len(buf):
         return None
-    key, version = _int16_at(p + pos), _int16_at(p + pos + 2)
+    key, version = int16_at(p + pos), int16_at(p + pos + 2)
     if int32_at(p + pos + 4) < 0:
         return False
     shutdown_v0 = key == _CONTROLLED_SHUTDOWN and version == 0  # no client id
-    client_id_length = _int16_at(p + pos + 8)
+    client_id_length = int16_at(p + pos + 8)
     if not shutdown_v0 and not -1 <= client_id_length <= 4096:
         return False
     return key in apis() and message_variant(key, "request", version) is not None
-
-
-cdef inline int _int16_at(const unsigned char* p):
-    return <short>((p[0] << 8) | p[1])
 
 
 cdef class RequestFrames(Plausibility):
