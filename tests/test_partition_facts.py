@@ -89,13 +89,28 @@ def _decode(data: bytes, request):
     return decode_response_for_request(data, *request)
 
 
+# Facts asked for by name: root and partition facts, a nested struct's path, a records size, a name no schema has.
+WANTED = frozenset({"replica_id", "replica_state.replica_id", "isolation_level", "fetch_offset", "error_code",
+                    "high_watermark", "records_bytes", "base_offset", "offset", "current_leader.leader_id",
+                    "no_such_fact"})
+
+
+def _only(facts: dict, wanted: frozenset) -> dict:
+    return {name: value for name, value in facts.items() if name in wanted}
+
+
 def assert_facts_match_the_field_tree(data: bytes, request) -> None:
+    """All facts, and only those WANTED (the walk is the same; facts not asked for are never made)."""
     msg = _decode(data, request)
     got = partition_facts(msg, data)
+    got_wanted = partition_facts(msg, data, WANTED)
     if msg.body is None:
-        assert got == ({}, [])
+        assert got == got_wanted == ({}, [])
         return
-    assert got == Oracle().of(msg.body)
+    root, partitions = Oracle().of(msg.body)
+    assert got == (root, partitions)
+    assert got_wanted == (_only(root, WANTED), [(topic, topic_id, partition, _only(facts, WANTED), batches)
+                                                for topic, topic_id, partition, facts, batches in partitions])
 
 
 @pytest.mark.parametrize("index", range(len(FRAMES)))
@@ -152,6 +167,18 @@ def test_a_real_fetch_response_in_plain_numbers():
         ("group-topic", None, p, {"error_code": 0, "high_watermark": 2, "last_stable_offset": 2,
                                   "log_start_offset": 0, "preferred_read_replica": -1, "records_bytes": size},
          [(0, 1, 2, False, 1795421628057)]) for p, size in ((0, 633), (1, 145), (2, 197))]
+
+
+def test_wanted_facts_of_a_real_fetch_response_and_a_wrong_kind_of_names():
+    payload, request = next((p, r) for p, r in FRAMES if r == (1, 12) and len(p) == 1120)
+    msg = _decode(payload, request)
+    root, partitions = partition_facts(msg, payload, frozenset({"high_watermark", "records_bytes", "session_id"}))
+    assert root == {"session_id": 0}
+    assert sorted(partitions) == [("group-topic", None, p, {"high_watermark": 2, "records_bytes": size},
+                                   [(0, 1, 2, False, 1795421628057)]) for p, size in ((0, 633), (1, 145), (2, 197))]
+    assert partition_facts(msg, payload, frozenset()) == ({}, [(t, i, p, {}, b) for t, i, p, _, b in partitions])
+    with pytest.raises(TypeError, match="wanted must be a set"):
+        partition_facts(msg, payload, ["records_bytes"])
 
 
 TOPIC_ID = "01a20777-d575-7993-9479-7a4c78371a47"

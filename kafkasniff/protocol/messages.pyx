@@ -241,12 +241,13 @@ def record_rows(msg: Message, buf) -> list[tuple]:
     return walker.record_rows(_layout(msg.kind, msg.api_key, msg.api_version).body, buf, msg.body_offset, msg.end)
 
 
-def partition_facts(msg: Message, buf) -> tuple[dict, list[tuple]]:
-    """The body's root fields and per-partition facts (walker.partition_facts); nothing when there is no body."""
+def partition_facts(msg: Message, buf, wanted=None) -> tuple[dict, list[tuple]]:
+    """The body's root fields and per-partition facts (walker.partition_facts; `wanted`: the facts to keep, None:
+    all); nothing when there is no body."""
     if msg.body_offset is None:
         return {}, []
     root, partitions = walker.partition_facts(_layout(msg.kind, msg.api_key, msg.api_version).body, buf,
-                                              msg.body_offset, msg.end)
+                                              msg.body_offset, msg.end, walker.DEFAULT_MAX_DECOMPRESSED, wanted)
     return root or {}, partitions
 
 

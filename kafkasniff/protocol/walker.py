@@ -107,12 +107,12 @@ PARTITION_FACTS = ("topic", "topic_id", "partition", "facts", "batches")
 BATCH_FACTS = ("base_offset", "last_offset_delta", "record_count", "is_control", "max_timestamp")
 
 
-def partition_facts(program: _walk.Program, buf, pos: int, end: int,
-                    limit: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[dict | None, list[tuple]]:
+def partition_facts(program: _walk.Program, buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED,
+                    wanted: frozenset[str] | None = None) -> tuple[dict | None, list[tuple]]:
     """The root struct's fixed-width fields, and a tuple per partition (PARTITION_FACTS) of the body at
     buf[pos:end]: its fixed-width fields by snake_case name and its record batches' headers (BATCH_FACTS),
-    records not read."""
-    return _walk.partition_facts(program, buf, pos, end, limit)
+    records not read. `wanted`: the names of the facts to keep (None: all)."""
+    return _walk.partition_facts(program, buf, pos, end, limit, wanted)
 
 
 # Where -V text is handed to its writer, between lines.

@@ -4,11 +4,12 @@
  * message, a handful of numbers: fetch offsets, high watermarks, base offsets, and where the record batches
  * start and how many records they hold. Records are never read: batch headers say what is needed.
  *
- *   partition_facts(program, buf, pos, end, decompress_limit) -> (root facts, [partition, ...])
+ *   partition_facts(program, buf, pos, end, decompress_limit, wanted) -> (root facts, [partition, ...])
  *   partition: (topic, topic id, partition index, facts, batches or None), in wire order
  *   facts:     {snake_case name: int or bool} of the struct's fixed-width fields (uuids and floats left out),
  *              and of the structs nested in it that are not array items, named by path ("current_leader.leader_id");
- *              a records field that is not empty adds its size in bytes, as "<name>_bytes" ("records_bytes")
+ *              a records field that is not empty adds its size in bytes, as "<name>_bytes" ("records_bytes");
+ *              with `wanted` (a set of those names; None: all), only the facts it names
  *   batch:     (base offset, last offset delta, record count, is control, max timestamp ms); a legacy message
  *              is (its first offset, last - first, messages, False, timestamp or -1)
  *
@@ -31,6 +32,7 @@ typedef struct {
 } Frame;
 
 typedef struct {
+    PyObject *wanted;     /* the set of fact names to keep, or NULL for all (borrowed) */
     PyObject *root;       /* the root struct's facts, once it ends */
     PyObject *partitions; /* the result list */
     PyObject *held;       /* keeps topic values alive */
@@ -81,6 +83,13 @@ static PyObject *fact_key(Walker *w, Facts *f, int name) {
     return key;
 }
 
+/* Whether a fact named `key` is kept (1), left out (0), or -1 on a failure (key NULL: one already). */
+static int wanted(Facts *f, PyObject *key) {
+    if (key == NULL)
+        return -1;
+    return f->wanted == NULL ? 1 : PySet_Contains(f->wanted, key);
+}
+
 /* Sets facts[key] = value in the current struct (both references taken; either NULL: a failure). */
 static int set_fact(Facts *f, PyObject *key, PyObject *value) {
     Frame *frame = top(f);
@@ -95,8 +104,15 @@ static int set_fact(Facts *f, PyObject *key, PyObject *value) {
     return failed;
 }
 
-static int add_fact(Walker *w, Facts *f, int name, PyObject *value) {
-    return set_fact(f, value ? fact_key(w, f, name) : NULL, value);
+/* Keeps the fact a fixed-width field gives, if it is wanted: its value is made only then. */
+static int add_fact(Walker *w, Facts *f, int name, int kind, int64_t value) {
+    PyObject *key = fact_key(w, f, name);
+    int keep = wanted(f, key);
+    if (keep <= 0) {
+        Py_XDECREF(key);
+        return keep;
+    }
+    return set_fact(f, key, kind == K_BOOL ? PyBool_FromLong(value != 0) : PyLong_FromLongLong(value));
 }
 
 static int keep(Facts *f, PyObject *value, PyObject **slot) {
@@ -130,8 +146,7 @@ static int p_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py
         Py_XSETREF(frame->partition, PyLong_FromLongLong(fixed_value(kind, p)));
         return frame->partition == NULL ? -1 : 0;
     }
-    int64_t value = fixed_value(kind, p);
-    return add_fact(w, f, name, kind == K_BOOL ? PyBool_FromLong(value != 0) : PyLong_FromLongLong(value));
+    return add_fact(w, f, name, kind, fixed_value(kind, p));
 }
 
 static int p_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
@@ -283,7 +298,10 @@ static int p_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssi
     PyObject *field = fact_key(w, f, name);
     PyObject *key = field ? PyUnicode_FromFormat("%U_bytes", field) : NULL;
     Py_XDECREF(field);
-    if (set_fact(f, key, key ? PyLong_FromSsize_t(n) : NULL) < 0)
+    int keep = wanted(f, key);
+    if (keep <= 0)
+        Py_XDECREF(key);
+    if (keep < 0 || (keep && set_fact(f, key, PyLong_FromSsize_t(n)) < 0))
         return -1;
     return records_read(w, &batch_sink, f, data_at, data_at + n, 0, 1);
 }
@@ -292,16 +310,20 @@ const Builder partitions_builder = {p_fixed, p_text, p_array_begin, p_array_null
                                     p_struct_begin, p_struct_null, p_struct_end, p_tagged_begin, p_tagged_unknown,
                                     p_tagged_end, p_records, p_embedded};
 
-/* partition_facts(program, buf, pos, end, decompress_limit) -> (root facts, partitions): see the top of this file. */
+/* partition_facts(program, buf, pos, end, decompress_limit, wanted=None) -> (root facts, partitions): see the top of
+ * this file. */
 PyObject *partition_facts(PyObject *self, PyObject *args) {
     PyObject *program;
     Py_buffer buf;
     Py_ssize_t pos, end;
     long long limit;
-    if (!PyArg_ParseTuple(args, "O!y*nnL:partition_facts", &ProgramType, &program, &buf, &pos, &end, &limit))
+    PyObject *wanted_names = Py_None;
+    if (!PyArg_ParseTuple(args, "O!y*nnL|O:partition_facts", &ProgramType, &program, &buf, &pos, &end, &limit,
+                          &wanted_names))
         return NULL;
     PyObject *result = NULL;
     Facts f;
+    f.wanted = wanted_names == Py_None ? NULL : wanted_names;
     f.root = NULL;
     f.depth = 0;
     f.partitions = PyList_New(0);
@@ -312,6 +334,10 @@ PyObject *partition_facts(PyObject *self, PyObject *args) {
         goto done;
     if (pos < 0 || end > buf.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "partition_facts: range outside the buffer");
+        goto done;
+    }
+    if (f.wanted != NULL && !PyAnySet_Check(f.wanted)) {
+        PyErr_SetString(PyExc_TypeError, "partition_facts: wanted must be a set or frozenset of names, or None");
         goto done;
     }
     Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &partitions_builder, .state = &f,

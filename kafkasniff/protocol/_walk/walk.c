@@ -581,7 +581,7 @@ static PyMethodDef methods[] = {
     {"records_json", records_json, METH_VARARGS, "records_json(buf, pos, end, prefix, limit) -> bytes"},
     {"record_rows", record_rows, METH_VARARGS, "record_rows(program, buf, pos, end, limit) -> [row tuple]"},
     {"partition_facts", partition_facts, METH_VARARGS,
-     "partition_facts(program, buf, pos, end, limit) -> (root facts, [partition tuple])"},
+     "partition_facts(program, buf, pos, end, limit, wanted=None) -> (root facts, [partition tuple])"},
     {"text_tree", text_tree, METH_VARARGS, "text_tree(roots, buf, limit, show_secrets, spans, ctx, api_names, "
                                            "topic_names, write, flush_at, decompress_limit) -> (text, spans)"},
     {NULL, NULL, 0, NULL},
