@@ -6,18 +6,24 @@ high watermark after each poll, and the end offsets it asked for."""
 from __future__ import annotations
 
 import json
+import marshal
+import re
 from functools import cache
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from capture_manifest import load_capture
+from capture_manifest import capture_names, load_capture
 from clients import GROUP_SESSION_TIMEOUT_MS
+from kafkasniff.analyses import lag
 from kafkasniff.analyses.groups import GroupTracker, named
 from kafkasniff.analyses.insight import Insight
 from kafkasniff.capture.files import open_capture
 from kafkasniff.cli import main
+from kafkasniff.analyses.wire import FACTS_READ, plain_seen, seen, seen_from_plain
 from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.session import MessageEvent
 
 REBALANCES = ["rebalance_kafka_python", "rebalance_confluent_kafka", "rebalance_aiokafka"]
 REBALANCES_GROUPS = [name.replace("_", "-") for name in REBALANCES]  # each capture's group
@@ -270,3 +276,32 @@ def test_each_partitions_traffic():
         assert (row["high_watermark"], row["last_stable_offset"], row["log_end_offset"]) == (100, 100, 100)
         assert row["fetch_responses"] == sum(c["fetches"] for c in insight("consumer_lag").lag.to_json()["consumers"]
                                              if c["partition"] == partition)
+
+
+@pytest.mark.parametrize("name", capture_names())
+def test_what_is_sent_to_the_analyses_is_what_they_read_in_one_process(name):
+    """A worker's (or Spark task's) plain_seen, marshalled and read back (seen_from_plain), is the Seen one process
+    makes of the same message: bodies sent as their JSON text, facts only those the analyses read."""
+    with open_capture(load_capture(name).pcap) as reader:
+        events = [ev for ev in Analyzer(()).run(reader.segments()) if type(ev) is MessageEvent]
+    read = 0
+    for ev in events:
+        expected = seen(ev, ev.conn.stream)
+        plain = plain_seen(ev, ev.conn.stream)
+        if expected is None:
+            assert plain is None
+            continue
+        read += 1
+        assert seen_from_plain(marshal.loads(marshal.dumps(plain))) == expected
+        for facts in [expected.root, *(p[3] for p in expected.partitions)]:
+            assert set(facts) <= FACTS_READ
+    assert read
+
+
+def test_the_facts_lag_reads_are_the_facts_made():
+    """Every fact lag.pyx reads (by name, from a root or a partition) is one FACTS_READ makes: one it did not make
+    would read as missing, silently."""
+    source = (Path(lag.__file__).parent / "lag.pyx").read_text()
+    names = set(re.findall(r'(?:facts|root)\.get\("([a-z_.]+)"', source))
+    assert {"fetch_offset", "high_watermark", "base_offset", "offset", "replica_state.replica_id"} <= names
+    assert names <= FACTS_READ

@@ -31,6 +31,14 @@ BODY_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, HEARTBEAT, JOIN_GROUP, LEAVE
 PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS})
 ANALYSED_APIS = BODY_APIS | PARTITION_APIS
 REQUESTS_READ_ALONE = BODY_APIS - {OFFSET_FETCH}
+# The facts of Produce, Fetch and ListOffsets (root and partitions) that the analyses read (lag.pyx): only these are
+# made, sent to where the analyses run and read back there. A fact left out reads as missing.
+FACTS_READ = frozenset({
+    "replica_id", "replica_state.replica_id", "session_epoch", "isolation_level", "fetch_offset",  # Fetch requests
+    "error_code", "high_watermark", "last_stable_offset", "records_bytes",  # Fetch responses, Produce requests
+    "base_offset",  # Produce responses
+    "timestamp", "offset",  # ListOffsets
+})
 
 
 class Partition(NamedTuple):
@@ -72,6 +80,22 @@ class Seen(NamedTuple):
 def seen(MessageEvent ev, connection=None):
     """What the analyses read of the message (a Seen); None when they read nothing of it. `connection`: the
     connection's identity (default: ev.conn)."""
+    values = _seen_values(ev, connection, False)
+    return _new(Seen, values) if values is not None else None
+
+
+cpdef tuple plain_seen(MessageEvent ev, connection):
+    """What `seen` reads of the message as plain tuples (its request and client end too; bodies as their JSON
+    text), or None: made where the message is decoded (a parallel decode's workers, the Spark decode tasks) and
+    sent, marshalled, to where the analyses run, which make the Seen of it (seen_from_plain). orjson reads a body's
+    text back in less than half the time marshal takes to read the same dicts, and the worker does not make
+    them."""
+    return _seen_values(ev, connection, True)
+
+
+cdef tuple _seen_values(MessageEvent ev, connection, bint plain):
+    """The values of the message's Seen, its request an Asked or (plain) a tuple; None when the analyses read
+    nothing of it."""
     # Compiled: it runs for every message of --stats, --top, --metrics-port, lag and the Spark decode tasks, and
     # reads the event's and message's C fields directly.
     cdef Message m = ev.message
@@ -85,31 +109,36 @@ def seen(MessageEvent ev, connection=None):
     cdef bint read = api_key in (ANALYSED_APIS if is_response else REQUESTS_READ_ALONE)
     if not read and not pairs:
         return None
-    body, root, found = _read(ev) if read else _NOTHING_READ
+    body, root, found = _read(ev, plain) if read else _NOTHING_READ
     if not is_response:
         client_id, asked = m.client_id, None
     elif request is None:
         client_id, asked = None, None
     else:
         client_id = request.message.client_id
-        asked = _new(Asked, (request.ts, *_read(request))) if read else None
-    return _new(Seen, (ev.ts, ev.conn if connection is None else connection, ev.conn.client, client_id, m.kind,
-                       api_key, m.malformed is not None, m.errors if api_key in BODY_APIS else _NONE, body, root,
-                       found, pairs, asked))
-
-
-
-cpdef tuple plain_seen(s):
-    """The Seen as plain tuples (its request and client end too), to be pickled without a Python call per named
-    tuple: a parallel decode's workers and the Spark decode tasks send them to where the analyses run."""
-    request = s.request
-    return (s.ts, s.connection, tuple(s.client), *s[3:-1], None if request is None else tuple(request))
+        if read:
+            asked = (request.ts, *_read(request, plain))
+            if not plain:
+                asked = _new(Asked, asked)
+        else:
+            asked = None
+    client = ev.conn.client
+    return (ev.ts, ev.conn if connection is None else connection, tuple(client) if plain else client, client_id,
+            m.kind, api_key, m.malformed is not None, m.errors if api_key in BODY_APIS else _NONE, body, root, found,
+            pairs, asked)
 
 
 def seen_from_plain(tuple plain):
-    """The Seen that plain_seen gave these values of."""
-    request = plain[-1]
-    return _new(Seen, plain if request is None else (*plain[:-1], _new(Asked, request)))
+    """The Seen of what plain_seen gave."""
+    request = plain[12]
+    if request is not None:
+        request = _new(Asked, (request[0], _body(request[1]), *request[2:]))
+    return _new(Seen, (*plain[:8], _body(plain[8]), *plain[9:12], request))
+
+
+cdef object _body(text):
+    return orjson.loads(text) if text is not None else None
+
 
 # A Seen is made for most messages of `--stats` and `lag`: made as tuples are, without the named tuple's Python
 # constructor; what it holds is never changed, so the empty parts can be shared.
@@ -119,15 +148,16 @@ _NO_FACTS: dict = {}
 _NOTHING_READ = (None, _NO_FACTS, _NONE)
 
 
-cdef tuple _read(MessageEvent ev):
-    """(body, root facts, partitions) of what the analyses read of the message; nothing when it is malformed."""
+cdef tuple _read(MessageEvent ev, bint plain):
+    """(body, root facts, partitions) of what the analyses read of the message, the body as its JSON text when
+    `plain`; nothing when it is malformed."""
     cdef Message m = ev.message
     if m.malformed is None:
         if m.api_key in BODY_APIS:
             text = json_body(m, ev.payload)
-            return orjson.loads(text) if text is not None else None, {}, []
+            return text if plain else _body(text), _NO_FACTS, _NONE
         if m.api_key in PARTITION_APIS:
-            root, found = partition_facts(m, ev.payload)
+            root, found = partition_facts(m, ev.payload, FACTS_READ)
             return None, root, found
     return _NOTHING_READ
 

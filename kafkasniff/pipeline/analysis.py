@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafkasniff.analyses.insight import Insight
-from kafkasniff.analyses.wire import Seen, plain_seen, seen_from_plain
+from kafkasniff.analyses.wire import seen_from_plain
 from kafkasniff.pipeline.tables import GROUPS, PARTITIONS
 from kafkasniff.pipeline.writing import output_fs, write_rows
 
@@ -51,11 +51,11 @@ class StagedSeen:
         self._path = f"{output_fs(out)[1]}/{staging}/{STAGED_NAME}/{task}.parquet"
         self._rows: list[tuple] = []
 
-    def add(self, ts: float, file: int, index: int, seen: Seen) -> None:
+    def add(self, ts: float, file: int, index: int, plain_seen: tuple) -> None:
         # Marshalled (plain values only, made and read by this run's own tasks, on the one Python version Spark
         # allows its driver and executors): made in half a pickle's time, and a decode task stages a Seen for about
         # every other message.
-        self._rows.append((ts, file, index, len(self._rows), marshal.dumps(plain_seen(seen))))
+        self._rows.append((ts, file, index, len(self._rows), marshal.dumps(plain_seen)))
 
     def close(self) -> tuple[str, int] | None:
         """(staged file, rows), None when there was nothing to stage."""

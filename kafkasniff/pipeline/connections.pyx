@@ -23,7 +23,7 @@ import hashlib
 
 import pyarrow as pa
 
-from kafkasniff.analyses.wire import seen
+from kafkasniff.analyses.wire import plain_seen
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.engine.heap import collecting_rarely
 from kafkasniff.pipeline.analysis import AT_THE_END, STAGED_NAME, StagedSeen
@@ -238,7 +238,7 @@ cdef class ConnectionDecoder:
                                              len(found) if found is not None else None))
             if found:
                 self.records += found
-            read = seen(ev, tally.id)
+            read = plain_seen(ev, tally.id)
             if read is not None:
                 if position is None:
                     self.staged_seen.add(AT_THE_END, tally.first_packet[0], tally.first_packet[1], read)

@@ -283,7 +283,7 @@ cdef class Output:
                     return LEARN_ONLY, mentions
             return None
         if self.stats is not None:  # --stats alone: what it counts of the event (a tuple), counted by `deliver`
-            counted_item = self._counted(ev, ev.conn.stream if ev.conn is not None else None)
+            counted_item = self._counted(ev, ev.conn.stream if ev.conn is not None else None, True)
             if counted_item is None:
                 return None
             mentions = event_mentions(ev) if type(ev) is MessageEvent else None

@@ -101,8 +101,9 @@ class Stats:
             facts = <tuple>item[1]
             self._count_message(facts)
             self._count_topics(facts[2], facts[3], topics)
-            if item[2] is not None:
-                self.insight.take(item[2])
+            read = item[2]
+            if read is not None:  # a Seen, or plain_seen's tuples from a worker (--topic: counted in order)
+                self.insight.take(seen_from_plain(read) if type(read) is tuple else read)
         elif kind == _LEFT:
             self._count_topics(item[1], item[2], topics)
             if item[3] is not None:
@@ -130,7 +131,7 @@ class Stats:
         self._count_topics(facts[2], facts[3], topics)
         if not mentions and item[2] is None:
             return None
-        return (_LEFT, facts[2], facts[3], plain_seen(item[2]) if item[2] is not None else None)
+        return (_LEFT, facts[2], facts[3], item[2])
 
     def totals(self) -> tuple:
         """What count_apart counted here, for the parent to add to its own (`count`)."""
@@ -245,9 +246,10 @@ LEFT, TOTALS = 3, 4
 cdef int _MESSAGE = MESSAGE, _SASL_TOKEN = SASL_TOKEN, _NOTICE = NOTICE, _LEFT = LEFT, _TOTALS = TOTALS
 
 
-cpdef tuple counted(ev, connection=None):
+cpdef tuple counted(ev, connection=None, bint plain=False):
     """What Stats counts of the event; `connection`: what tells its connection apart for the analyses (default:
-    the connection itself; a worker gives its stream number, which is the whole capture's)."""
+    the connection itself; a worker gives its stream number, which is the whole capture's). `plain`: what the
+    analyses read as plain_seen's tuples (a worker's, to send), not a Seen."""
     cdef MessageEvent mev
     cdef Message m
     kind = type(ev)
@@ -261,7 +263,7 @@ cpdef tuple counted(ev, connection=None):
             client_id = mev.request.message.client_id if mev.request is not None else None
         facts = (m.api_key, m.api_name, request, m.size, None if request else mev.latency_ms, client_id,
                  error_names(m) if m.errors else None, m.malformed is not None)
-        return (_MESSAGE, facts, seen(mev, connection))
+        return (_MESSAGE, facts, plain_seen(mev, connection) if plain else seen(mev, connection))
     if kind is SaslTokenEvent:
         return (_SASL_TOKEN, FRAME_PREFIX + len(ev.token))
     if kind is NoticeEvent:
