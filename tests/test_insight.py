@@ -218,6 +218,28 @@ def test_lag_command():
         " ".join(line.split()) for line in lines]
 
 
+def test_lag_decrypts_tls_with_the_key_log_and_says_which_connections_it_could_not():
+    capture = load_capture("tls/tls13_suites")
+    with_keys = CliRunner().invoke(main, ["lag", "--json", "--tls-keylog", str(capture.keylog), str(capture.pcap)])
+    assert with_keys.exit_code == 0 and with_keys.stderr == ""
+    found = json.loads(with_keys.stdout)
+    assert sorted((c["client_id"], c["topic"], c["partition"], c["fetches"], c["last"]["fetch_offset"],
+                   c["last"]["high_watermark"]) for c in found["lag"]["consumers"]) == [
+        ("aiokafka-0.14.0", "tls-aes-256-gcm-sha384", 0, 2, 2, 2),
+        ("aiokafka-0.14.0", "tls-aes-256-gcm-sha384", 1, 2, 2, 2),
+        ("aiokafka-0.14.0", "tls-aes-256-gcm-sha384", 2, 2, 0, 0),
+        *[("kafka-python-3.0.12", topic, p, 1, 0, hw) for topic in ("tls-aes-128-gcm-sha256",
+                                                                     "tls-chacha20-poly1305-sha256")
+          for p, hw in ((0, 2), (1, 2), (2, 0))]]
+    assert [t["records"] for t in found["end_to_end"]] == [4, 4, 4]
+    without = CliRunner().invoke(main, ["lag", str(capture.pcap)], env={"SSLKEYLOGFILE": ""})
+    assert without.exit_code == 0 and without.stdout == "no consumer fetched in the capture\n"
+    assert without.stderr == (f"kafkasniff: warning: {capture.pcap}: 12 TLS connections not decrypted, their messages "
+                              "not analysed; give their key log (--tls-keylog FILE, or SSLKEYLOGFILE)\n")
+    groups = CliRunner().invoke(main, ["groups", "--json", "--tls-keylog", str(capture.keylog), str(capture.pcap)])
+    assert groups.exit_code == 0 and groups.stderr == ""
+
+
 @pytest.mark.parametrize("command", ["groups", "lag"])
 def test_a_missing_capture_is_one_line_and_status_2(command, tmp_path):
     result = CliRunner().invoke(main, [command, str(tmp_path / "nothing.pcap")])

@@ -8,25 +8,41 @@ import sys
 import click
 
 from kafkasniff.analyses.insight import Insight
+from kafkasniff.commands.decode import tls_keylog_option
 
 
-def analysed(captures, ports, samples: bool) -> Insight:
-    """Every capture through one Insight, in the order given (a later capture continues an earlier one)."""
+def analysed(captures, ports, tls_keylogs, samples: bool) -> Insight:
+    """Every capture through one Insight, in the order given (a later capture continues an earlier one); TLS
+    connections decrypted as `decode` decrypts them (--tls-keylog, SSLKEYLOGFILE, a pcapng's secrets). Those left
+    encrypted are said in a warning: their messages are missing from what the analyses found."""
     from kafkasniff.capture.files import CaptureError, open_capture
+    from kafkasniff.capture.secrets import tls_key_log_text
+    from kafkasniff.commands.decode import open_keylog
     from kafkasniff.commands.terminal import fail
     from kafkasniff.stream.analyzer import Analyzer
+    from kafkasniff.stream.session import NoticeEvent
 
     insight = Insight(samples)
+    keylog = open_keylog(tls_keylogs)
     for path in captures:
         try:
             reader = open_capture(path)
         except CaptureError as error:
             fail(str(error))
+        if not reader.streaming:
+            keylog.add_text(tls_key_log_text(path))
+        encrypted = set()  # the streams whose TLS could not be decrypted
         with reader:
-            for ev in Analyzer(ports).run(reader.segments()):
+            for ev in Analyzer(ports, keylog=keylog).run(reader.segments()):
+                # (a TLS notice says "not decoded" of the bytes it could not decrypt, and only of those)
+                if type(ev) is NoticeEvent and ev.kind == "tls" and "not decoded" in ev.text:
+                    encrypted.add(ev.conn.stream)
                 insight.observe(ev)
         for warning in reader.warnings:
             click.echo(f"kafkasniff: warning: {warning}", err=True)
+        if encrypted:
+            click.echo(f"kafkasniff: warning: {path}: {len(encrypted):,} TLS connections not decrypted, their messages "
+                       "not analysed; give their key log (--tls-keylog FILE, or SSLKEYLOGFILE)", err=True)
     return insight
 
 
@@ -56,12 +72,13 @@ port_option = click.option("--port", "ports", type=int, multiple=True,
 @captures_argument
 @json_option
 @port_option
-def groups_command(captures, as_json, ports) -> None:
+@tls_keylog_option
+def groups_command(captures, as_json, ports, tls_keylogs) -> None:
     """Consumer groups in captures: each group's generations, with their members, the decoded assignment
     of each, how long the rebalance took, what started it and the errors seen.
 
     Classic groups (JoinGroup/SyncGroup), KIP-848 (ConsumerGroupHeartbeat) and share groups."""
-    insight = analysed(captures, tuple(ports), samples=False)
+    insight = analysed(captures, tuple(ports), tls_keylogs, samples=False)
     if as_json:
         _print_json(insight.groups.to_json())
         return
@@ -74,13 +91,14 @@ def groups_command(captures, as_json, ports) -> None:
 @captures_argument
 @json_option
 @port_option
-def lag_command(captures, as_json, ports) -> None:
+@tls_keylog_option
+def lag_command(captures, as_json, ports, tls_keylogs) -> None:
     """Consumer lag in captures: per consumer (group, else client id), topic and partition, the fetch
     offset against the high watermark (and last stable offset) of each Fetch response; committed offsets
     against the log end; and how long records took from Produce to Fetch, per topic.
 
     --json gives every fetch's lag too (the lag over time), and each partition's traffic."""
-    insight = analysed(captures, tuple(ports), samples=as_json)
+    insight = analysed(captures, tuple(ports), tls_keylogs, samples=as_json)
     if as_json:
         _print_json({"lag": insight.lag.to_json(), "end_to_end": insight.lag.latency.to_json(),
                      "partitions": insight.lag.partitions_json()})
