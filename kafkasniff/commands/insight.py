@@ -20,7 +20,7 @@ def analysed(captures, ports, tls_keylogs, samples: bool) -> Insight:
     from kafkasniff.commands.decode import open_keylog
     from kafkasniff.commands.terminal import fail
     from kafkasniff.stream.analyzer import Analyzer
-    from kafkasniff.stream.session import NoticeEvent
+    from kafkasniff.stream.session import NOT_DECODED, NoticeEvent
 
     insight = Insight(samples)
     keylog = open_keylog(tls_keylogs)
@@ -34,8 +34,7 @@ def analysed(captures, ports, tls_keylogs, samples: bool) -> Insight:
         encrypted = set()  # the streams whose TLS could not be decrypted
         with reader:
             for ev in Analyzer(ports, keylog=keylog).run(reader.segments()):
-                # (a TLS notice says "not decoded" of the bytes it could not decrypt, and only of those)
-                if type(ev) is NoticeEvent and ev.kind == "tls" and "not decoded" in ev.text:
+                if type(ev) is NoticeEvent and ev.kind == "tls" and NOT_DECODED in ev.text:
                     encrypted.add(ev.conn.stream)
                 insight.observe(ev)
         for warning in reader.warnings:

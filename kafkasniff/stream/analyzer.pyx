@@ -18,7 +18,7 @@ from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.stream import tcp
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME
 from kafkasniff.stream.keylog import KeyLog
-from kafkasniff.stream.session import KafkaConnection, NoticeEvent
+from kafkasniff.stream.session import NOT_DECODED, KafkaConnection, NoticeEvent
 from kafkasniff.stream.tlsrecord import record_boundary, starts_tls
 
 from kafkasniff.stream.session cimport Session
@@ -234,7 +234,7 @@ class TlsSession:
             taken = direction.captured - direction.delivered
             if taken:
                 text = ("TLS: handshake, record headers and authentication tags" if direction.delivered else
-                        "TLS: encrypted bytes, not decoded")
+                        f"TLS: encrypted bytes, {NOT_DECODED}")
                 out.append(NoticeEvent(conn, "c2s" if side == client else "s2c", ts, "tls", text, 0, taken))
         return out
 
@@ -251,7 +251,7 @@ class TlsSession:
         if self.tls.failure is not None and not self.reported:
             self.reported = True
             out.append(NoticeEvent(self._connection(), None, ts, "tls",
-                                   f"{self.tls.description()}: not decoded: {self.tls.failure}"))
+                                   f"{self.tls.description()}: {NOT_DECODED}: {self.tls.failure}"))
         return self._marked(out) if out else out
 
     def _marked(self, events: list) -> list:

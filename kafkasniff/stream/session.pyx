@@ -107,6 +107,11 @@ cdef class SaslTokenEvent:
         self.fields = sasl.parse_token(mechanism, frame.payload, direction == CLIENT_TO_SERVER)
 
 
+# What a notice of kind "tls" says, in its text, of bytes it could not decrypt (and only of those): `lag` and
+# `groups` count the connections they miss by it.
+NOT_DECODED = "not decoded"
+
+
 cdef class NoticeEvent:
     """Bytes not shown as messages (skipped, missing from the capture, TLS, not Kafka), said once."""
 
@@ -265,7 +270,7 @@ cdef class Session:
                 self._ignore(ts, "tls")
                 # The analyzer decrypts TLS found in a connection's first bytes; this one showed it later.
                 self.events.append(NoticeEvent(self.conn, None, ts, "tls",
-                                               "TLS: not decoded: the connection's first bytes captured "
+                                               f"TLS: {NOT_DECODED}: the connection's first bytes captured "
                                                "were not at a TLS record"))
                 return self._take()
             probe = self.probes[side]
@@ -415,7 +420,7 @@ cdef class Session:
 
     cdef void _report_ignored(self, double ts):
         """Each side's bytes that were not decoded, so that every byte captured shows up."""
-        text = ("TLS: encrypted bytes, not decoded" if self.ignored == "tls" else
+        text = (f"TLS: encrypted bytes, {NOT_DECODED}" if self.ignored == "tls" else
                 "not Kafka: no Kafka request or response found; not decoded")
         cdef int client = self._likely_client_side()
         for side in (client, 1 - client):
