@@ -1,8 +1,8 @@
 # cython: language_level=3
 """What the analyses read of a message (`Seen`): the bodies of the group and offset APIs as plain values (they
-are small and rare), the per-partition numbers of Produce, Fetch and ListOffsets that the analyses read, without their records
-(messages.partition_facts: batch headers only, so a Fetch response of thousands of records costs no more than a
-few small ones), and the (topic id, name) pairs it teaches.
+are small and rare), the per-partition numbers of Produce, Fetch and ListOffsets that the analyses read, without
+their records (messages.partition_facts: batch headers only, so a Fetch response of thousands of records costs no
+more than a few small ones), and the (topic id, name) pairs it teaches.
 
 A Seen is made once per message, where it is decoded, and holds plain values only: `seen` where the analyses run
 in the same process, `plain_seen` where it is sent to them (a parallel decode's workers, the Spark pipeline's

@@ -83,6 +83,27 @@ def open_keylog(tls_keylogs: tuple[str, ...], follow: bool = False) -> KeyLog:
     return keylog
 
 
+def open_input(path: str, keylog: KeyLog) -> CaptureReader:
+    """A capture given on the command line (one that cannot be read is a CLI error), the TLS secrets a pcapng file
+    carries added to `keylog`."""
+    from kafkasniff.capture.secrets import tls_key_log_text
+    from kafkasniff.commands.terminal import fail
+
+    try:
+        reader = open_capture(path)
+    except CaptureError as e:
+        fail(str(e))
+    if not reader.streaming:
+        keylog.add_text(tls_key_log_text(path))
+    return reader
+
+
+def warn_of(reader: CaptureReader) -> None:
+    """What reading the capture warned of, on standard error."""
+    for warning in reader.warnings:
+        click.echo(f"kafkasniff: warning: {warning}", err=True)
+
+
 def _check_apis(apis) -> None:
     known = {a["name"].lower() for a in all_apis().values()} | {str(key) for key in all_apis()}
     unknown = [a for a in apis if a.lower() not in known]
@@ -283,28 +304,19 @@ def decode_command(captures, ports, jobs, tls_keylogs, **view) -> None:
     CAPTURES are files, or - for standard input (tcpdump -w - | kafkasniff decode -), which is decoded
     as it arrives until it ends or Ctrl-C. TLS connections are decrypted with --tls-keylog files and the
     secrets pcapng files carry (editcap --inject-secrets)."""
-    from kafkasniff.capture.secrets import tls_key_log_text
-    from kafkasniff.commands.terminal import fail
-
     options = make_options(**view)
     labels = FileLabels(options.view) if len(captures) > 1 else None
     output = Output(options, labels)
     keylog = open_keylog(tls_keylogs)
     try:
         for path in captures:
-            try:
-                reader = open_capture(path)
-            except CaptureError as e:
-                fail(str(e))
+            reader = open_input(path, keylog)
             if labels is not None:
                 output.flush()
                 labels.start(path)
-            if not reader.streaming:
-                keylog.add_text(tls_key_log_text(path))
             with reader:
                 decode_file(reader, output, ports, jobs or default_jobs(reader, output.options), keylog)
-            for warning in reader.warnings:
-                click.echo(f"kafkasniff: warning: {warning}", err=True)
+            warn_of(reader)
         if labels is not None:
             output.flush()
             labels.start(None)

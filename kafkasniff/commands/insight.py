@@ -15,30 +15,20 @@ def analysed(captures, ports, tls_keylogs, samples: bool) -> Insight:
     """Every capture through one Insight, in the order given (a later capture continues an earlier one); TLS
     connections decrypted as `decode` decrypts them (--tls-keylog, SSLKEYLOGFILE, a pcapng's secrets). Those left
     encrypted are said in a warning: their messages are missing from what the analyses found."""
-    from kafkasniff.capture.files import CaptureError, open_capture
-    from kafkasniff.capture.secrets import tls_key_log_text
-    from kafkasniff.commands.decode import open_keylog
-    from kafkasniff.commands.terminal import fail
+    from kafkasniff.commands.decode import open_input, open_keylog, warn_of
     from kafkasniff.stream.analyzer import Analyzer
     from kafkasniff.stream.session import NOT_DECODED, NoticeEvent
 
     insight = Insight(samples)
     keylog = open_keylog(tls_keylogs)
     for path in captures:
-        try:
-            reader = open_capture(path)
-        except CaptureError as error:
-            fail(str(error))
-        if not reader.streaming:
-            keylog.add_text(tls_key_log_text(path))
         encrypted = set()  # the streams whose TLS could not be decrypted
-        with reader:
+        with open_input(path, keylog) as reader:
             for ev in Analyzer(ports, keylog=keylog).run(reader.segments()):
                 if type(ev) is NoticeEvent and ev.kind == "tls" and NOT_DECODED in ev.text:
                     encrypted.add(ev.conn.stream)
                 insight.observe(ev)
-        for warning in reader.warnings:
-            click.echo(f"kafkasniff: warning: {warning}", err=True)
+        warn_of(reader)
         if encrypted:
             click.echo(f"kafkasniff: warning: {path}: {len(encrypted):,} TLS connections not decrypted, their messages "
                        "not analysed; give their key log (--tls-keylog FILE, or SSLKEYLOGFILE)", err=True)
