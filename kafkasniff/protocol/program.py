@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from functools import cache
 from typing import NamedTuple
 
 from kafkasniff.protocol import _walk
@@ -117,6 +118,14 @@ def snake_case(name: str) -> str:
     return _CAMEL.sub("_", name).lower()
 
 
+@cache
+def _json_key(name: str) -> bytes:
+    """A schema name as the walker writes it in JSON, '"snake_case":': kept, as most programs share most names
+    (each worker assembles the programs it meets). Kafka's field names are ASCII letters and digits: nothing in
+    them needs escaping."""
+    return f'"{snake_case(name)}":'.encode()
+
+
 class _Assembler:
     def __init__(self) -> None:
         self.names: dict[str, int] = {}
@@ -152,8 +161,7 @@ class _Assembler:
         return words
 
     def keys(self) -> tuple[bytes, ...]:
-        # Kafka's field names are ASCII letters and digits: nothing in them needs escaping.
-        return tuple(f'"{snake_case(text)}":'.encode() for text in self.names)
+        return tuple(map(_json_key, self.names))
 
 
 def program(tree: Struct) -> _walk.Program:
