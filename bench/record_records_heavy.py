@@ -13,7 +13,7 @@ partitions per (client, codec), starts tcpdump on that port and, --rounds times:
 
 Record contents are seeded (--seed, the client, the codec and the round), so every recording
 carries the same keys, values and headers; timestamps, client ports and how records fall into
-batches vary. Values are 20-200 bytes: JSON-like events, words, and about 15% random bytes; 70%
+batches vary. Values are 20-200 bytes (--value-bytes): JSON-like events, words, and about 15% random bytes; 70%
 of records have a key, about 40% one or two headers. The capture is a sequence of turns (round 1:
 kafka-python produces to its 5 topics, confluent-kafka and aiokafka fetch them; then
 confluent-kafka produces, ...), so its first few MB hold every codec, Produce and Fetch
@@ -58,6 +58,7 @@ CLIENTS = ("kafka-python", "confluent-kafka", "aiokafka")
 PARTITIONS = 3
 BATCH_BYTES = 1_000_000  # per partition batch: ~7,000 of these records uncompressed
 REQUEST_BYTES = 8 * 1024 * 1024
+VALUE_BYTES = (20, 200)  # smallest and largest record value, by default
 LINGER_MS = 1000  # every round ends with flush(), so batches fill up or are flushed whole
 PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 FETCH_BYTES = 16 * 1024 * 1024
@@ -78,12 +79,13 @@ def topic_name(client: str, codec: str) -> str:
     return f"rh-{client}-{codec}"
 
 
-def make_records(seed: str, count: int) -> list[Record]:
-    """`count` records, the same for the same seed: (key or None, value of 20-200 bytes, headers)."""
+def make_records(seed: str, count: int, value_bytes: tuple[int, int] = VALUE_BYTES) -> list[Record]:
+    """`count` records, the same for the same seed: (key or None, value of value_bytes[0]-value_bytes[1] bytes,
+    headers)."""
     rng = random.Random(seed)
     records = []
     for i in range(count):
-        size = rng.randint(20, 200)
+        size = rng.randint(*value_bytes)
         kind = rng.random()
         if kind < 0.6:
             text = (f'{{"user":"u{rng.randrange(100_000):05d}","event":"{rng.choice(EVENTS)}",'
@@ -296,7 +298,8 @@ def open_producers(bootstrap: str, loop: asyncio.AbstractEventLoop, clients) -> 
     return {(client, codec): PRODUCERS[client](bootstrap, codec, loop) for codec in CODECS for client in clients}
 
 
-def record(bootstrap: str, rounds: int, per_topic: int, fetchers: int, seed: int, log, clients=CLIENTS) -> dict:
+def record(bootstrap: str, rounds: int, per_topic: int, fetchers: int, seed: int, log, clients=CLIENTS,
+           value_bytes: tuple[int, int] = VALUE_BYTES) -> dict:
     loop = asyncio.new_event_loop()
     produced = {client: {codec: 0 for codec in CODECS} for client in clients}
     fetched = {client: {} for client in clients}
@@ -309,7 +312,7 @@ def record(bootstrap: str, rounds: int, per_topic: int, fetchers: int, seed: int
                 step_first = dict(next_offset)
                 for codec in CODECS:
                     topic = topic_name(client, codec)
-                    records = make_records(f"{seed}/{client}/{codec}/{round_no}", per_topic)
+                    records = make_records(f"{seed}/{client}/{codec}/{round_no}", per_topic, value_bytes)
                     for partition, n in producers[client, codec].produce(topic, records).items():
                         next_offset[topic, partition] += n
                     produced[client][codec] += per_topic
@@ -355,6 +358,8 @@ def main() -> None:
     parser.add_argument("--fetchers", type=int, choices=(1, 2), default=2,
                         help="consumers reading each round's records (of the other clients)")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--value-bytes", type=int, nargs=2, default=VALUE_BYTES, metavar=("MIN", "MAX"),
+                        help="sizes of the record values (default 20 200)")
     parser.add_argument("--tls", action="store_true",
                         help="through TLS, Python clients only; also writes OUT.keys and OUT.plain.pcap")
     args = parser.parse_args()
@@ -383,7 +388,8 @@ def main() -> None:
             port = tls_port
         log(f"{software} on port {broker.port}; tcpdump to {args.output}")
         with Tcpdump(args.output, port) as dump:
-            counts = record(broker.bootstrap, args.rounds, args.records, args.fetchers, args.seed, log, clients)
+            counts = record(broker.bootstrap, args.rounds, args.records, args.fetchers, args.seed, log, clients,
+                            tuple(args.value_bytes))
             time.sleep(CLOSE_SETTLE_S)
     for recorded in [dump, *dumps]:
         if recorded.dropped:
