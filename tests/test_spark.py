@@ -534,6 +534,40 @@ def test_only_one_uncompressed_local_file_skips_the_shuffle(tmp_path, monkeypatc
     assert not build.unshuffled(files)
 
 
+def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
+    """A batch whose base offset and timestamp put its records' past 64 bits (hostile, or corrupt) once stopped the
+    decode task: pyarrow cannot hold such a number. They are null in the records table; every other value stands."""
+    import pyarrow.parquet as pq
+    from pcapkit import TcpConversation, write_pcap
+
+    from kafkasniff.pipeline.connections import decode_segment_rows
+    from kafkasniff.pipeline.reading import shard_rows
+    from kafkasniff.pipeline.writing import finish_staged
+    from kafkasniff.protocol.encoder import encode_request
+    from kafkasniff.protocol.records_encoder import Record, encode_record_batch
+
+    records = encode_record_batch([Record(key=b"k", value=b"v1"), Record(value=b"v22", headers=[("h", b"x")]),
+                                   Record(key=b"kk", timestamp_delta=-2**62)],
+                                  base_offset=2**63 - 2, base_timestamp=2**62, producer_id=7)
+    produce = encode_request(0, 9, 5, "hostile", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "far", "PartitionData": [{"Index": 2, "Records": records}]}]})
+    path = write_pcap(tmp_path / "far.pcap",
+                      TcpConversation(("10.9.0.1", 40000), ("10.9.0.2", 9092)).send(True, produce).close())
+    out = tmp_path / "tables"
+    facts = [fact for batch in decode_segment_rows(shard_rows(str(path), 0, 1, lambda read: None), [str(path)],
+                                                   frozenset(), str(out), "_staging", "00000-0")
+             for fact in batch.to_pylist()]
+    streams = {f["connection_id"]: 0 for f in facts if f["connection_id"] is not None}
+    staged = [f["staged"] for f in facts if f["table_name"] == "records" and f["staged"] is not None]
+    assert [finish_staged("records", file, str(out), "00000", streams, {}) for file in staged] == [3]
+    rows = pq.read_table(out / "records").to_pylist()
+    assert [(r["topic"], r["partition"], r["offset"], r["timestamp"], r["key_size"], r["value_size"],
+             r["header_count"], r["producer_id"], r["crc_valid"]) for r in rows] == [
+        ("far", 2, 2**63 - 2, None, 1, 2, 0, 7, True),
+        ("far", 2, 2**63 - 1, None, None, 3, 1, 7, True),
+        ("far", 2, None, datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc), 2, None, 0, 7, True)]
+
+
 def test_ipv6_connections_give_decodes_messages(spark, tmp_path):
     """A segment's endpoints travel in its connection's key only (with which way it goes): IPv6 addresses
     and ports come back whole, each message from its sender."""

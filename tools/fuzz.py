@@ -210,7 +210,7 @@ def case_input(seed: int, number: int) -> tuple[str, dict, bytes]:
 def run_frame(about: dict, data: bytes) -> None:
     from kafkasniff.protocol.identify import infer_response
     from kafkasniff.protocol.messages import (decode_request, decode_response_for_request, field_trees, json_body,
-                                              tree_text)
+                                              record_columns, tree_text)
 
     for skim in (True, False):
         if about["kind"] == "request":
@@ -221,6 +221,7 @@ def run_frame(about: dict, data: bytes) -> None:
     field_trees(msg, data, record_limit=1000)
     json_body(msg, data)
     tree_text(msg, data, 64, False, True)
+    record_columns(msg, data)
     if about["infer"]:
         infer_response(data)
 

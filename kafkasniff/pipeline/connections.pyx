@@ -36,7 +36,7 @@ from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.keylog import KeyLog
 from kafkasniff.stream.session import endpoint_text
 
-from kafkasniff.pipeline.rows cimport message_row, micros, record_rows
+from kafkasniff.pipeline.rows cimport RecordColumns, message_row, micros
 from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.session cimport KafkaConnection, MessageEvent
 
@@ -149,7 +149,8 @@ cdef class ConnectionDecoder:
     cdef dict tallies
     cdef _Tally current  # the 4-tuple's latest connection
     cdef object topic_resolver
-    cdef list file_names, facts, messages, records
+    cdef list file_names, facts, messages
+    cdef RecordColumns records
     cdef object out, staged_seen
 
     def __init__(self, port_hints: frozenset, topic_resolver: Output, file_names: list, out: StagedTables,
@@ -230,14 +231,11 @@ cdef class ConnectionDecoder:
             else:
                 tally.responses += 1
                 client_id = ev.request.message.client_id if ev.request is not None else None
-            found = record_rows(ev, tally.id, client_id)
+            record_count = self.records.add(ev, tally.id, client_id)
             files = [self.file_names[f] for f in tally.files_between(ev.first_ts, ev.ts)]
             topics = list(self.topic_resolver.event_topics(ev))
             src, dst = tally.sender_and_receiver(ev)
-            self.messages.append(message_row(ev, tally.id, files, src, dst, client_id, topics,
-                                             len(found) if found is not None else None))
-            if found:
-                self.records += found
+            self.messages.append(message_row(ev, tally.id, files, src, dst, client_id, topics, record_count))
             read = plain_seen(ev, tally.id)
             if read is not None:
                 if position is None:

@@ -6,4 +6,10 @@ from kafkasniff.stream.session cimport MessageEvent
 cpdef long long micros(double ts)
 cpdef tuple message_row(MessageEvent ev, str connection_id, list files, str src, str dst, str client_id,
                         list topics, record_count)
-cpdef list record_rows(MessageEvent ev, str connection_id, str client_id)
+
+
+cdef class RecordColumns:
+    cdef list shared, chunks
+    cdef Py_ssize_t count
+    cpdef clear(self)
+    cpdef object add(self, MessageEvent ev, str connection_id, str client_id)

@@ -1,29 +1,42 @@
 # cython: language_level=3
-"""Rows of the `messages` and `records` tables from decoded MessageEvents, as tuples in the
-tables' raw column order (see `tables`).
+"""Rows of the `messages` and `records` tables from decoded MessageEvents, in the tables' raw column order (see
+`tables`): a message's as a tuple, records as columns.
 
 Message columns are read straight from the decoded message, as `message_event_json` (the
 function behind `decode --json`) reads them: compiled, with the message's fields read as C
 attributes, a row costs a tuple, where going through the JSON object cost a dict of every key
-(the Spark tests compare the tables with `decode --json`, message for message). Record columns
-come from the compiled walker, one tuple per record read straight from the message's bytes.
-Times are microseconds since the epoch.
+(the Spark tests compare the tables with `decode --json`, message for message). Records come from the compiled
+walker as columns read straight from the message's bytes (walker.record_columns), and become Arrow arrays as they
+are: a Fetch response can carry hundreds of thousands of records, and a tuple each, converted by pyarrow, cost
+three times the decoding. Times are microseconds since the epoch.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.math cimport rint
+from libc.stdint cimport int32_t
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from kafkasniff.pipeline.tables import MESSAGES, RECORDS
 from kafkasniff.protocol import messages
-from kafkasniff.protocol.walker import RECORD_ROW
+from kafkasniff.protocol.walker import NULL_INT32, NULL_INT64, RECORD_COLUMNS, RECORD_GROUP
 from kafkasniff.render.values import FRAME_PREFIX, error_names
 
 from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.session cimport MessageEvent
 
-# A record row is the carrying message's columns, then the walker's RECORD_ROW as it comes.
+# A record's row: the carrying message's columns, what its batch shares (the walker's RECORD_GROUP) and its own
+# values (RECORD_COLUMNS, but the group), in the table's order.
 _RECORD_MESSAGE_COLUMNS = ("ts", "connection_id", "direction", "api_name", "api_version", "correlation_id",
                            "client_id")
-assert RECORDS.raw_names == _RECORD_MESSAGE_COLUMNS + RECORD_ROW, "records table and walker rows disagree"
+_SHARED_COLUMNS = _RECORD_MESSAGE_COLUMNS + RECORD_GROUP
+_OWN_COLUMNS = tuple(name for name, _ in RECORD_COLUMNS[:-1])
+assert RECORD_COLUMNS[-1][0] == "group" and sorted(RECORDS.raw_names) == sorted(_SHARED_COLUMNS + _OWN_COLUMNS), \
+    "records table and walker columns disagree"
+# the columns that can be null: the type of their values, and the value that stands for null
+_NULL = {"offset": (pa.int64(), NULL_INT64), "timestamp": (pa.int64(), NULL_INT64),
+         "key_size": (pa.int32(), NULL_INT32), "value_size": (pa.int32(), NULL_INT32)}
 cdef long long _FRAME_PREFIX = FRAME_PREFIX
 
 
@@ -55,11 +68,85 @@ _MESSAGE_COLUMNS = ("ts", "connection_id", "capture_files", "src", "dst", "kind"
 assert MESSAGES.raw_names == _MESSAGE_COLUMNS, "messages table and message_row disagree"
 
 
-cpdef list record_rows(MessageEvent ev, str connection_id, str client_id):
-    """One row per record of the message, read from its bytes; None when it carries no record batches."""
-    cdef Message m = ev.message
-    if not m.batches:
-        return None
-    cdef tuple common = (micros(ev.ts), connection_id, "produce" if m.kind == "request" else "fetch", m.api_name,
-                         m.api_version, m.correlation_id, client_id)
-    return [common + found for found in messages.record_rows(m, ev.payload)]
+cdef class RecordColumns:
+    """The records table's rows not written yet, as columns: each record's values (RECORD_COLUMNS' bytes, message
+    by message) and, per batch, what its records share with the carrying message's columns."""
+
+    # shared: _SHARED_COLUMNS tuples; chunks: per RECORD_COLUMNS, the bytes of each message's records (rows.pxd)
+
+    def __cinit__(self):
+        self.clear()
+
+    def __len__(self) -> int:
+        return self.count
+
+    cpdef clear(self):
+        self.shared, self.chunks, self.count = [], [[] for _ in RECORD_COLUMNS], 0
+
+    cpdef object add(self, MessageEvent ev, str connection_id, str client_id):
+        """The message's records; how many it carries, None when it carries no record batches."""
+        cdef Message m = ev.message
+        found = messages.record_columns(m, ev.payload)
+        if found is None:
+            return None
+        cdef Py_ssize_t count = found[0], column
+        if count:
+            common = (micros(ev.ts), connection_id, "produce" if m.kind == "request" else "fetch", m.api_name,
+                      m.api_version, m.correlation_id, client_id)
+            groups = _rebased(found[-1], count, len(self.shared))
+            self.shared += [common + group for group in <list>found[1]]
+            for column in range(len(RECORD_COLUMNS) - 1):
+                (<list>self.chunks[column]).append(found[2 + column])
+            (<list>self.chunks[-1]).append(groups)
+            self.count += count
+        return count
+
+    def batch(self, schema) -> pa.RecordBatch:
+        """The rows as a record batch of `schema` (the table's raw schema), but that the columns of text a batch's
+        records share are dictionary-encoded: each group's text once, and an index per record (no copy)."""
+        groups = _array(pa.int32(), self.count, b"".join(self.chunks[-1]))
+        columns = {}
+        for name, values in zip(_SHARED_COLUMNS, zip(*self.shared)):
+            field_type = schema.field(name).type
+            if pa.types.is_string(field_type):
+                dictionary = pa.array(values, field_type)
+                if dictionary.null_count:  # Parquet takes nulls in the indices, not in the dictionary
+                    columns[name] = pa.DictionaryArray.from_arrays(
+                        pc.if_else(dictionary.is_valid().take(groups), groups, None), dictionary.fill_null(""))
+                else:
+                    columns[name] = pa.DictionaryArray.from_arrays(groups, dictionary)
+            else:
+                columns[name] = pa.array(values, field_type).take(groups)
+        for name, chunks in zip(_OWN_COLUMNS, self.chunks):
+            field_type = schema.field(name).type
+            data = b"".join(chunks)
+            if name in _NULL:
+                columns[name] = _array(field_type, self.count, data, *_NULL[name])
+            elif pa.types.is_boolean(field_type):  # one byte each
+                columns[name] = _array(pa.uint8(), self.count, data).cast(field_type)
+            else:
+                columns[name] = _array(field_type, self.count, data)
+        return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], names=schema.names)
+
+
+cdef bytes _rebased(bytes groups, Py_ssize_t count, Py_ssize_t first):
+    """A message's group column, its indexes counted from `first` (the groups held before it)."""
+    if len(groups) != count * <Py_ssize_t>sizeof(int32_t):
+        raise ValueError(f"record_columns: {len(groups)} bytes of groups for {count} records")
+    cdef bytes rebased = PyBytes_FromStringAndSize(NULL, count * sizeof(int32_t))
+    cdef const int32_t *src = <const int32_t *>PyBytes_AS_STRING(groups)
+    cdef int32_t *dst = <int32_t *>PyBytes_AS_STRING(rebased)
+    cdef Py_ssize_t i
+    for i in range(count):
+        dst[i] = src[i] + <int32_t>first
+    return rebased
+
+
+def _array(arrow_type, Py_ssize_t count, bytes data, value_type=None, null=None):
+    """An Arrow array of `count` values of a fixed-width type from their native bytes (no copy); with `value_type`,
+    the values equal to `null` (of that type) are null."""
+    values = pa.py_buffer(data)
+    if value_type is None:
+        return pa.Array.from_buffers(arrow_type, count, [None, values])
+    valid = pc.not_equal(pa.Array.from_buffers(value_type, count, [None, values]), pa.scalar(null, value_type))
+    return pa.Array.from_buffers(arrow_type, count, [valid.buffers()[1], values])

@@ -97,8 +97,9 @@ RECORDS = Table("records", "ts", (
                               "responses anywhere in the run's inputs; null when unknown"),
     Column("topic_id", "string", "Topic id (UUID) when the message names the topic by id"),
     Column("partition", "int", "Partition index"),
-    Column("offset", "bigint", "Record offset"),
-    Column("timestamp", "timestamp", "Record timestamp (CreateTime or LogAppendTime); null when none (magic 0, -1)"),
+    Column("offset", "bigint", "Record offset; null when base offset + delta does not fit 64 bits (hostile input)"),
+    Column("timestamp", "timestamp", "Record timestamp (CreateTime or LogAppendTime); null when none (magic 0, -1) "
+                                     "or past 64 bits of microseconds"),
     Column("key_size", "int", "Key bytes; null for a null key"),
     Column("value_size", "int", "Value bytes; null for a null value (tombstone)"),
     Column("header_count", "int", "Number of record headers"),

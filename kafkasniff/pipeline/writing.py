@@ -17,10 +17,12 @@ import re
 from datetime import date, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from kafkasniff.pipeline.inputs import is_uri
+from kafkasniff.pipeline.rows import RecordColumns
 from kafkasniff.pipeline.tables import DECODED_TABLES, MESSAGES, RECORDS, TABLES, Table, file_schema, raw_schema
 
 _MICROS_PER_DAY = 86_400_000_000
@@ -37,14 +39,15 @@ def output_fs(out: str) -> tuple[pafs.FileSystem, str]:
 
 
 class StagedTables:
-    """A decode task's rows of every table, gathered as tuples (raw column order) in `rows` and
-    written out in row groups as they come, one staged file per table."""
+    """A decode task's rows of every table, gathered in `rows` (raw column order: tuples, the records as
+    rows.RecordColumns) and written out in row groups as they come, one staged file per table."""
 
     ROWS_PER_GROUP = 16384
 
     def __init__(self, out: str, staging: str, task: str) -> None:
         self._fs, root = output_fs(out)
-        self.rows: dict[str, list[tuple]] = {t.name: [] for t in DECODED_TABLES}
+        self.rows: dict[str, list[tuple] | RecordColumns] = {
+            t.name: RecordColumns() if t is RECORDS else [] for t in DECODED_TABLES}
         self._paths = {t.name: f"{root}/{staging}/{t.name}/{task}.parquet" for t in DECODED_TABLES}
         self._schemas = {t.name: raw_schema(t) for t in DECODED_TABLES}
         self._writers: dict[str, pq.ParquetWriter] = {}
@@ -53,14 +56,13 @@ class StagedTables:
     def flush(self, *, all_rows: bool = False) -> None:
         for name, rows in self.rows.items():
             if rows and (all_rows or len(rows) >= self.ROWS_PER_GROUP):
-                schema = self._schemas[name]
+                batch = _batch(rows, self._schemas[name])
                 writer = self._writers.get(name)
                 if writer is None:
                     self._fs.create_dir(self._paths[name].rsplit("/", 1)[0])
-                    writer = self._writers[name] = pq.ParquetWriter(self._paths[name], schema, filesystem=self._fs)
-                # rows as a struct array: pyarrow converts the tuples in one pass, where a list per column
-                # costs a zip first (a third of the time the rows took to make)
-                writer.write_batch(pa.RecordBatch.from_struct_array(pa.array(rows, pa.struct(schema))))
+                    writer = self._writers[name] = pq.ParquetWriter(self._paths[name], batch.schema,
+                                                                    filesystem=self._fs)
+                writer.write_batch(batch)
                 self.written[name] += len(rows)
                 rows.clear()
 
@@ -72,31 +74,68 @@ class StagedTables:
         return [(name, self._paths[name], self.written[name]) for name in self._writers]
 
 
+def _batch(rows: list[tuple] | RecordColumns, schema: pa.Schema) -> pa.RecordBatch:
+    if type(rows) is RecordColumns:
+        return rows.batch(schema)
+    # tuples as a struct array: pyarrow converts them in one pass, where a list per column costs a zip first (a
+    # third of the time the rows took to make)
+    return pa.RecordBatch.from_struct_array(pa.array(rows, pa.struct(schema)))
+
+
 def finish_staged(table_name: str, staged: str, out: str, part: str, streams: dict[str, int],
                   topic_of_id: dict[str, str]) -> int:
-    """Write a staged file's rows as the table's; returns how many rows were written."""
+    """Write a staged file's rows as the table's; returns how many rows were written. Column at a time (a decode
+    task stages hundreds of thousands of records): text columns staged dictionary-encoded stay so."""
     filesystem, root = output_fs(out)
     table = _TABLE[table_name]
     raw = pq.read_table(staged, filesystem=filesystem)
     columns = {name: raw.column(name) for name in raw.column_names}
-    columns["stream"] = pa.array([streams[c] for c in columns["connection_id"].to_pylist()], pa.int64())
+    columns["stream"] = _looked_up(columns["connection_id"], streams, pa.int64())
     if topic_of_id and table is MESSAGES:
         columns["topics"] = pa.array([None if topics is None else [topic_of_id.get(t, t) for t in topics]
                                       for topics in columns["topics"].to_pylist()], pa.list_(pa.string()))
     if topic_of_id and table is RECORDS:
-        columns["topic"] = pa.array([topic if topic is not None else topic_of_id.get(topic_id) for topic, topic_id
-                                     in zip(columns["topic"].to_pylist(), columns["topic_id"].to_pylist())],
-                                    pa.string())
-    schema = file_schema(table)
-    finished = pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
-    days = [micros // _MICROS_PER_DAY for micros in columns[table.time_column].to_pylist()]
-    for day in sorted(set(days)):
-        rows = finished if len(set(days)) == 1 else finished.filter(pa.array([d == day for d in days]))
+        columns["topic"] = pc.coalesce(_decoded(columns["topic"]),
+                                       _looked_up(columns["topic_id"], topic_of_id, pa.string()))
+    fields = [f.with_type(columns[f.name].type) if _dictionary_of(columns[f.name].type, f.type) else f
+              for f in file_schema(table)]
+    finished = pa.table([columns[f.name].cast(f.type) for f in fields], schema=pa.schema(fields))
+    days = _floor_divided(columns[table.time_column].cast(pa.int64()), _MICROS_PER_DAY)
+    distinct = sorted(pc.unique(days).to_pylist())
+    for day in distinct:
+        rows = finished if len(distinct) == 1 else finished.filter(pc.equal(days, day))
         folder = f"{root}/{table.name}/date={(_EPOCH + timedelta(days=day)).isoformat()}"
         filesystem.create_dir(folder)
         pq.write_table(rows, f"{folder}/part-{part}.parquet", filesystem=filesystem)
     filesystem.delete_file(staged)
     return finished.num_rows
+
+
+def _looked_up(column: pa.ChunkedArray, mapping: dict, arrow_type: pa.DataType) -> pa.ChunkedArray:
+    """mapping[value] for each value of the column; null where the value is null or not in the mapping. A
+    dictionary-encoded column's values are looked up once each."""
+    def look_up(values: pa.Array) -> pa.Array:
+        if pa.types.is_dictionary(values.type):
+            return look_up(values.dictionary).take(values.indices)
+        found = pc.index_in(values, value_set=pa.array(list(mapping), values.type))
+        return pa.array(list(mapping.values()), arrow_type).take(found)
+
+    return pa.chunked_array([look_up(chunk) for chunk in column.chunks], arrow_type)
+
+
+def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+
+
+def _dictionary_of(column_type: pa.DataType, value_type: pa.DataType) -> bool:
+    return pa.types.is_dictionary(column_type) and column_type.value_type == value_type
+
+
+def _floor_divided(values: pa.ChunkedArray, divisor: int) -> pa.ChunkedArray:
+    """values // divisor, as Python rounds (toward minus infinity; Arrow's division rounds toward zero)."""
+    quotient = pc.divide(values, divisor)
+    inexact_below_zero = pc.and_(pc.less(values, 0), pc.not_equal(pc.multiply(quotient, divisor), values))
+    return pc.if_else(inexact_below_zero, pc.subtract(quotient, 1), quotient)
 
 
 def write_rows(table: Table, rows: list[dict], out: str) -> int:

@@ -234,11 +234,12 @@ def json_body(msg: Message, buf, ctx=None, write=None) -> bytes | None:
     return walker.json_body(body, buf, msg.body_offset, msg.end, ctx, write)
 
 
-def record_rows(msg: Message, buf) -> list[tuple]:
-    """A tuple per record the message carries (walker.RECORD_ROW), in wire order."""
+def record_columns(msg: Message, buf) -> tuple | None:
+    """The records the message carries, in wire order, as columns (walker.record_columns); None when it carries no
+    record batches."""
     if msg.body_offset is None or not msg.batches:
-        return []
-    return walker.record_rows(_layout(msg.kind, msg.api_key, msg.api_version).body, buf, msg.body_offset, msg.end)
+        return None
+    return walker.record_columns(_layout(msg.kind, msg.api_key, msg.api_version).body, buf, msg.body_offset, msg.end)
 
 
 def partition_facts(msg: Message, buf, wanted=None) -> tuple[dict, list[tuple]]:

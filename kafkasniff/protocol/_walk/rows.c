@@ -1,12 +1,16 @@
-/* The rows builder: one tuple per record of a Produce request or Fetch response, for the Spark `records`
- * table, read in the walk itself (no Field tree):
+/* The records builder: the Spark `records` table's columns of a Produce request's or Fetch response's records,
+ * read in the walk itself (no Field tree, no object per record). Per record, native-endian values, one bytes
+ * object per column (RECORD_COLUMNS in walker.py):
  *
- *   (topic, topic id, partition, offset, timestamp ms, key size, value size, header count, codec, magic,
- *    producer id, transactional, control, crc valid)
+ *   offset int64, timestamp µs int64, key size int32, value size int32, header count int32, crc valid uint8,
+ *   group int32
  *
- * Topic and partition come from the fields whose roles say so, in the structs around the records field (a
- * struct's own override those around it). Legacy messages give a row each; a compressed wrapper's inner
- * messages give theirs, with the wrapper's codec and CRC verdict. Partial and malformed items give none.
+ * where a value that is null (no key, no value, no timestamp) or does not fit (base + delta past 64 bits on
+ * hostile input) is NULL_INT64 / NULL_INT32 (walk.h), and `group` indexes a list of what the records of
+ * one batch share: (topic, topic id, partition, codec, magic, producer id, transactional, control). Topic and
+ * partition come from the fields whose roles say so, in the structs around the records field (a struct's own
+ * override those around it). Legacy messages give a record each; a compressed wrapper's inner messages give
+ * theirs, in the wrapper's group, with its CRC verdict and their own. Partial and malformed items give none.
  */
 #include "walk.h"
 
@@ -16,8 +20,18 @@ typedef struct {
     PyObject *topic, *topic_id, *partition; /* borrowed: owned by `held` */
 } Context;
 
+/* A column's values, grown as records come (at most the records a message's decompression budget allows). */
 typedef struct {
-    PyObject *rows;
+    char *data;
+    Py_ssize_t size, capacity;
+} Column;
+
+enum { C_OFFSET, C_TIMESTAMP, C_KEY_SIZE, C_VALUE_SIZE, C_HEADER_COUNT, C_CRC_VALID, C_GROUP, COLUMNS };
+
+typedef struct {
+    Column columns[COLUMNS];
+    Py_ssize_t count;
+    PyObject *groups; /* list of the batches' shared values */
     PyObject *held; /* a list keeping the context values alive */
     Context context[MAX_NEST];
     int depth;
@@ -91,46 +105,64 @@ static int r_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t s
 
 /* --- records ------------------------------------------------------------------------------------ */
 
-static PyObject *size_of(Py_ssize_t n) { return n < 0 ? Py_NewRef(Py_None) : PyLong_FromSsize_t(n); }
-
-static PyObject *when(i128 ms) {
-    if (ms < 0)
-        return Py_NewRef(Py_None);
-    if (ms > INT64_MAX / 1000) {
-        char text[48];
-        format_i128(text, sizeof text, ms * 1000);
-        return PyLong_FromString(text, NULL, 10);
+static int put(Column *c, const void *value, Py_ssize_t n) {
+    if (c->size + n > c->capacity) {
+        Py_ssize_t want = c->capacity ? c->capacity : 4096;
+        while (want < c->size + n) {
+            if (want > PY_SSIZE_T_MAX / 2) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            want *= 2;
+        }
+        char *grown = PyMem_Realloc(c->data, want);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->data = grown;
+        c->capacity = want;
     }
-    return PyLong_FromLongLong((long long)(ms * 1000));
+    memcpy(c->data + c->size, value, n);
+    c->size += n;
+    return 0;
 }
 
-static PyObject *offset_of(i128 offset) {
-    if (offset >= INT64_MIN && offset <= INT64_MAX)
-        return PyLong_FromLongLong((long long)offset);
-    char text[48];
-    format_i128(text, sizeof text, offset);
-    return PyLong_FromString(text, NULL, 10);
+static int64_t micros_of(i128 ms) { return ms < 0 || ms > INT64_MAX / 1000 ? NULL_INT64 : (int64_t)(ms * 1000); }
+
+static int64_t offset_of(i128 offset) {
+    return offset >= INT64_MIN && offset <= INT64_MAX ? (int64_t)offset : NULL_INT64;
 }
 
-static int row(Rows *r, PyObject *offset, PyObject *timestamp, Py_ssize_t key_len, Py_ssize_t value_len,
-               int header_count, int crc_valid) {
+static int32_t size_of(Py_ssize_t n) { return n < 0 || n > INT32_MAX ? NULL_INT32 : (int32_t)n; }
+
+/* A batch (or legacy message, or wrapper) begins: what its records share, as a new group. */
+static int begin_group(Rows *r) {
     const Context *c = here(r);
     PyObject *codec = r->codec ? PyUnicode_FromString(r->codec) : PyUnicode_FromFormat("unknown(%d)", r->codec_id);
-    PyObject *tuple = offset && timestamp && codec
-                          ? Py_BuildValue("(OOONNNNiNiLOOO)", c->topic, c->topic_id, c->partition, offset, timestamp,
-                                          size_of(key_len), size_of(value_len), header_count, codec, r->magic,
-                                          (long long)r->producer_id, r->transactional ? Py_True : Py_False,
-                                          r->control ? Py_True : Py_False, crc_valid ? Py_True : Py_False)
-                          : NULL;
-    if (tuple == NULL) {
-        Py_XDECREF(offset);
-        Py_XDECREF(timestamp);
-        Py_XDECREF(codec);
+    PyObject *group = codec ? Py_BuildValue("(OOONiLOO)", c->topic, c->topic_id, c->partition, codec, r->magic,
+                                            (long long)r->producer_id, r->transactional ? Py_True : Py_False,
+                                            r->control ? Py_True : Py_False)
+                            : NULL;
+    if (group == NULL)
         return -1;
-    }
-    int failed = PyList_Append(r->rows, tuple);
-    Py_DECREF(tuple);
+    int failed = PyList_Append(r->groups, group);
+    Py_DECREF(group);
     return failed;
+}
+
+static int row(Rows *r, int64_t offset, int64_t timestamp, Py_ssize_t key_len, Py_ssize_t value_len,
+               int header_count, int crc_valid) {
+    int32_t key_size = size_of(key_len), value_size = size_of(value_len), headers = header_count;
+    int32_t group = (int32_t)(PyList_GET_SIZE(r->groups) - 1);
+    uint8_t crc = crc_valid != 0;
+    if (put(&r->columns[C_OFFSET], &offset, 8) || put(&r->columns[C_TIMESTAMP], &timestamp, 8) ||
+        put(&r->columns[C_KEY_SIZE], &key_size, 4) || put(&r->columns[C_VALUE_SIZE], &value_size, 4) ||
+        put(&r->columns[C_HEADER_COUNT], &headers, 4) || put(&r->columns[C_CRC_VALID], &crc, 1) ||
+        put(&r->columns[C_GROUP], &group, 4))
+        return -1;
+    r->count++;
+    return 0;
 }
 
 static int rr_malformed(Walker *w, void *st, const Span *span, Py_ssize_t start, Py_ssize_t end, Py_ssize_t at,
@@ -149,7 +181,7 @@ static int rr_batch_begin(Walker *w, void *st, const Span *span, const BatchHead
     r->transactional = (h->attributes & 0x10) != 0;
     r->control = (h->attributes & 0x20) != 0;
     r->crc_valid = h->crc == h->crc_computed;
-    return 0;
+    return begin_group(r);
 }
 
 static int rr_batch_records(Walker *w, void *st, const Span *o, const Span *i, Py_ssize_t a, Py_ssize_t b,
@@ -159,7 +191,7 @@ static int rr_record(Walker *w, void *st, const Span *span, const BatchHeader *h
     Rows *r = st;
     if (r->legacy_depth)
         return 0;
-    return row(r, offset_of(rec->offset), when(rec->timestamp), rec->key_len, rec->value_len, rec->header_count,
+    return row(r, offset_of(rec->offset), micros_of(rec->timestamp), rec->key_len, rec->value_len, rec->header_count,
                r->crc_valid);
 }
 
@@ -167,9 +199,9 @@ static int rr_batch_end(Walker *w, void *st, const BatchHeader *h, int64_t decod
 
 static int rr_message_begin(Walker *w, void *st, const Span *span, const MessageInfo *m) {
     Rows *r = st;
-    PyObject *timestamp = m->has_timestamp ? when(m->timestamp) : Py_NewRef(Py_None);
-    if (r->legacy_depth++) /* inside a wrapper: the wrapper's facts, this message's own CRC verdict */
-        return row(r, PyLong_FromLongLong(m->absolute_offset), timestamp, m->key_len, m->value_len, 0,
+    int64_t timestamp = m->has_timestamp ? micros_of(m->timestamp) : NULL_INT64;
+    if (r->legacy_depth++) /* inside a wrapper: the wrapper's group, this message's own CRC verdict */
+        return row(r, m->absolute_offset, timestamp, m->key_len, m->value_len, 0,
                    r->crc_valid && m->crc == m->crc_computed);
     r->codec_id = m->attributes & 7;
     r->codec = codec_text(r->codec_id);
@@ -177,11 +209,11 @@ static int rr_message_begin(Walker *w, void *st, const Span *span, const Message
     r->producer_id = -1;
     r->transactional = r->control = 0;
     r->crc_valid = m->crc == m->crc_computed;
-    if (r->codec_id) { /* its records are its inner messages */
-        Py_XDECREF(timestamp);
+    if (begin_group(r) < 0)
+        return -1;
+    if (r->codec_id) /* its records are its inner messages */
         return 0;
-    }
-    return row(r, PyLong_FromLongLong(m->absolute_offset), timestamp, m->key_len, m->value_len, 0, r->crc_valid);
+    return row(r, m->absolute_offset, timestamp, m->key_len, m->value_len, 0, r->crc_valid);
 }
 
 static int rr_wrapper(Walker *w, void *st, const Span *o, const Span *i, const MessageInfo *m, const char *p, int t) {
@@ -203,30 +235,46 @@ static int r_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssi
 const Builder rows_builder = {r_fixed, r_text, r_nothing, r_null, r_end, r_struct_begin, r_struct_null,
                               r_struct_end, r_tagged_begin, r_tagged_unknown, r_tagged_end, r_records, r_embedded};
 
-/* record_rows(program, buf, pos, end, decompress_limit) -> [row tuple]: see the top of this file. */
-PyObject *record_rows(PyObject *self, PyObject *args) {
+/* record_columns(program, buf, pos, end, decompress_limit) -> (count, groups, column bytes...): see the top of this
+ * file. */
+PyObject *record_columns(PyObject *self, PyObject *args) {
     PyObject *program;
     Py_buffer buf;
     Py_ssize_t pos, end;
     long long limit;
-    if (!PyArg_ParseTuple(args, "O!y*nnL:record_rows", &ProgramType, &program, &buf, &pos, &end, &limit))
+    if (!PyArg_ParseTuple(args, "O!y*nnL:record_columns", &ProgramType, &program, &buf, &pos, &end, &limit))
         return NULL;
     PyObject *result = NULL;
-    Rows r = {.rows = PyList_New(0), .held = PyList_New(0)};
-    if (r.rows == NULL || r.held == NULL)
+    Rows r = {.groups = PyList_New(0), .held = PyList_New(0)};
+    if (r.groups == NULL || r.held == NULL)
         goto done;
     if (pos < 0 || end > buf.len || pos > end) {
-        PyErr_SetString(PyExc_ValueError, "record_rows: range outside the buffer");
+        PyErr_SetString(PyExc_ValueError, "record_columns: range outside the buffer");
         goto done;
     }
     Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &rows_builder, .state = &r,
                 .decompress_budget = limit};
     Py_ssize_t stop;
     walk_program(&w, (const Program *)program, pos, end, &stop);
-    if (w.failed != 2)
-        result = Py_NewRef(r.rows);
+    if (w.failed == 2)
+        goto done;
+    result = PyTuple_New(2 + COLUMNS);
+    if (result == NULL)
+        goto done;
+    PyTuple_SET_ITEM(result, 0, PyLong_FromSsize_t(r.count));
+    PyTuple_SET_ITEM(result, 1, Py_NewRef(r.groups));
+    for (int i = 0; i < COLUMNS; i++)
+        PyTuple_SET_ITEM(result, 2 + i, PyBytes_FromStringAndSize(r.columns[i].data, r.columns[i].size));
+    for (int i = 0; i < 2 + COLUMNS; i++) {
+        if (PyTuple_GET_ITEM(result, i) == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+    }
 done:
-    Py_XDECREF(r.rows);
+    for (int i = 0; i < COLUMNS; i++)
+        PyMem_Free(r.columns[i].data);
+    Py_XDECREF(r.groups);
     Py_XDECREF(r.held);
     PyBuffer_Release(&buf);
     return result;

@@ -579,7 +579,8 @@ static PyMethodDef methods[] = {
     {"records_fields", records_fields, METH_VARARGS,
      "records_fields(buf, pos, end, limit, partial_ok, record_limit) -> [Field]"},
     {"records_json", records_json, METH_VARARGS, "records_json(buf, pos, end, prefix, limit) -> bytes"},
-    {"record_rows", record_rows, METH_VARARGS, "record_rows(program, buf, pos, end, limit) -> [row tuple]"},
+    {"record_columns", record_columns, METH_VARARGS,
+     "record_columns(program, buf, pos, end, limit) -> (count, groups, column bytes...)"},
     {"partition_facts", partition_facts, METH_VARARGS,
      "partition_facts(program, buf, pos, end, limit, wanted=None) -> (root facts, [partition tuple])"},
     {"text_tree", text_tree, METH_VARARGS, "text_tree(roots, buf, limit, show_secrets, spans, ctx, api_names, "
@@ -604,10 +605,15 @@ PyMODINIT_FUNC PyInit__walk(void) {
         else
             PyTuple_SET_ITEM(roles, i, role);
     }
-    if (roles == NULL || PyModule_AddObject(m, "ROLES", roles) < 0 ||
-        PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
-        PyModule_AddObjectRef(m, "FieldBase", (PyObject *)&FieldBaseType) < 0) {
-        Py_XDECREF(roles);
+    PyObject *null_int64 = PyLong_FromLongLong(NULL_INT64);
+    int failed = roles == NULL || null_int64 == NULL || PyModule_AddObjectRef(m, "ROLES", roles) < 0 ||
+                 PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
+                 PyModule_AddObjectRef(m, "FieldBase", (PyObject *)&FieldBaseType) < 0 ||
+                 PyModule_AddObjectRef(m, "NULL_INT64", null_int64) < 0 ||
+                 PyModule_AddIntConstant(m, "NULL_INT32", NULL_INT32) < 0;
+    Py_XDECREF(roles);
+    Py_XDECREF(null_int64);
+    if (failed) {
         Py_DECREF(m);
         return NULL;
     }

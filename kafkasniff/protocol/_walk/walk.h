@@ -263,7 +263,10 @@ PyObject *field_tree(PyObject *self, PyObject *args);
 PyObject *records_fields(PyObject *self, PyObject *args);
 PyObject *records_json(PyObject *self, PyObject *args);
 PyObject *text_tree(PyObject *self, PyObject *args);
-PyObject *record_rows(PyObject *self, PyObject *args);
+/* record_columns' values for null (and, for int64, out of range): the module's NULL_INT64 and NULL_INT32 */
+#define NULL_INT64 INT64_MIN
+#define NULL_INT32 (-1)
+PyObject *record_columns(PyObject *self, PyObject *args);
 PyObject *partition_facts(PyObject *self, PyObject *args);
 
 #endif
