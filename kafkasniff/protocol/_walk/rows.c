@@ -20,16 +20,10 @@ typedef struct {
     PyObject *topic, *topic_id, *partition; /* borrowed: owned by `held` */
 } Context;
 
-/* A column's values, grown as records come (at most the records a message's decompression budget allows). */
-typedef struct {
-    char *data;
-    Py_ssize_t size, capacity;
-} Column;
-
 enum { C_OFFSET, C_TIMESTAMP, C_KEY_SIZE, C_VALUE_SIZE, C_HEADER_COUNT, C_CRC_VALID, C_GROUP, COLUMNS };
 
 typedef struct {
-    Column columns[COLUMNS];
+    Out columns[COLUMNS]; /* grown as records come: at most what a message's decompression budget allows */
     Py_ssize_t count;
     PyObject *groups; /* list of the batches' shared values */
     PyObject *held; /* a list keeping the context values alive */
@@ -105,29 +99,6 @@ static int r_embedded(Walker *w, int name, int role, Py_ssize_t at, Py_ssize_t s
 
 /* --- records ------------------------------------------------------------------------------------ */
 
-static int put(Column *c, const void *value, Py_ssize_t n) {
-    if (c->size + n > c->capacity) {
-        Py_ssize_t want = c->capacity ? c->capacity : 4096;
-        while (want < c->size + n) {
-            if (want > PY_SSIZE_T_MAX / 2) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            want *= 2;
-        }
-        char *grown = PyMem_Realloc(c->data, want);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        c->data = grown;
-        c->capacity = want;
-    }
-    memcpy(c->data + c->size, value, n);
-    c->size += n;
-    return 0;
-}
-
 static int64_t micros_of(i128 ms) { return ms < 0 || ms > INT64_MAX / 1000 ? NULL_INT64 : (int64_t)(ms * 1000); }
 
 static int64_t offset_of(i128 offset) {
@@ -156,10 +127,11 @@ static int row(Rows *r, int64_t offset, int64_t timestamp, Py_ssize_t key_len, P
     int32_t key_size = size_of(key_len), value_size = size_of(value_len), headers = header_count;
     int32_t group = (int32_t)(PyList_GET_SIZE(r->groups) - 1);
     uint8_t crc = crc_valid != 0;
-    if (put(&r->columns[C_OFFSET], &offset, 8) || put(&r->columns[C_TIMESTAMP], &timestamp, 8) ||
-        put(&r->columns[C_KEY_SIZE], &key_size, 4) || put(&r->columns[C_VALUE_SIZE], &value_size, 4) ||
-        put(&r->columns[C_HEADER_COUNT], &headers, 4) || put(&r->columns[C_CRC_VALID], &crc, 1) ||
-        put(&r->columns[C_GROUP], &group, 4))
+    Out *c = r->columns;
+    if (out_write(&c[C_OFFSET], &offset, 8) || out_write(&c[C_TIMESTAMP], &timestamp, 8) ||
+        out_write(&c[C_KEY_SIZE], &key_size, 4) || out_write(&c[C_VALUE_SIZE], &value_size, 4) ||
+        out_write(&c[C_HEADER_COUNT], &headers, 4) || out_write(&c[C_CRC_VALID], &crc, 1) ||
+        out_write(&c[C_GROUP], &group, 4))
         return -1;
     r->count++;
     return 0;
@@ -264,7 +236,7 @@ PyObject *record_columns(PyObject *self, PyObject *args) {
     PyTuple_SET_ITEM(result, 0, PyLong_FromSsize_t(r.count));
     PyTuple_SET_ITEM(result, 1, Py_NewRef(r.groups));
     for (int i = 0; i < COLUMNS; i++)
-        PyTuple_SET_ITEM(result, 2 + i, PyBytes_FromStringAndSize(r.columns[i].data, r.columns[i].size));
+        PyTuple_SET_ITEM(result, 2 + i, PyBytes_FromStringAndSize(r.columns[i].data, r.columns[i].len));
     for (int i = 0; i < 2 + COLUMNS; i++) {
         if (PyTuple_GET_ITEM(result, i) == NULL) {
             Py_CLEAR(result);
@@ -273,7 +245,7 @@ PyObject *record_columns(PyObject *self, PyObject *args) {
     }
 done:
     for (int i = 0; i < COLUMNS; i++)
-        PyMem_Free(r.columns[i].data);
+        out_free(&r.columns[i]);
     Py_XDECREF(r.groups);
     Py_XDECREF(r.held);
     PyBuffer_Release(&buf);
