@@ -30,6 +30,8 @@ from kafkasniff.capture.packets import FrameParser
 from kafkasniff.cli import main
 from kafkasniff.pipeline.reading import connection_key
 from kafkasniff.pipeline.sparkenv import INSTALL_PYSPARK
+from kafkasniff.stream.analyzer import Analyzer
+from kafkasniff.stream.session import MessageEvent
 from kafkasniff.stream.tcp import TcpReassembler
 
 pytest.importorskip("pyspark")
@@ -38,7 +40,8 @@ from kafkasniff.pipeline import build  # noqa: E402
 from kafkasniff.pipeline.build import build_tables  # noqa: E402
 from kafkasniff.pipeline.inputs import expand_local  # noqa: E402
 from kafkasniff.pipeline.sparkenv import start_session  # noqa: E402
-from kafkasniff.pipeline.tables import DECODED_TABLES, GROUPS, MESSAGES, PARTITIONS, TABLES  # noqa: E402
+from kafkasniff.pipeline.tables import (DECODED_TABLES, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES,  # noqa: E402
+                                        raw_schema)
 
 CAPTURES = sorted((Path(__file__).resolve().parents[1] / "captures").glob("*.pcap"))
 SPLIT_CAPTURE = "confluent_codecs.pcap"  # several connections and a 1 MiB Produce over many segments
@@ -593,6 +596,39 @@ def test_a_decode_task_writes_records_as_they_come_and_finishes_them_a_row_group
     assert finish_staged("records", staged["staged"], str(out), "00000", streams, {}) == staged["rows"]
     written = pq.ParquetFile(next((out / "records").glob("date=*/part-00000.parquet")))
     assert written.metadata.num_rows == staged["rows"] and written.metadata.num_row_groups == len(groups)
+
+
+def test_a_message_of_millions_of_records_is_handed_on_a_chunk_at_a_time(tmp_path):
+    """A few KB of compressed records can be millions (a zstd batch of 7-byte records: 5 KB for 9 million). A
+    message's record columns were made whole (a decode task at 749 MB for that 6 KB capture); the walker hands them
+    on RECORDS_PER_CHUNK at a time, and once rows_per_group are held the table writes them (`full`)."""
+    import cramjam
+    from pcapkit import TcpConversation, write_pcap
+
+    from kafkasniff.pipeline.rows import RECORDS_PER_CHUNK, RecordColumns
+    from kafkasniff.protocol.encoder import encode_request
+    from kafkasniff.protocol.records_encoder import encode_record_batch
+
+    count = 3 * RECORDS_PER_CHUNK + 5
+    record = b"\x0c\x00\x00\x00\x01\x01\x00"  # 6 bytes follow: no key, no value, no header
+    records = encode_record_batch([], codec="zstd", compressed_payload=bytes(cramjam.zstd.compress(record * count)),
+                                  record_count=count, base_offset=100)
+    produce = encode_request(0, 9, 5, "many", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "many", "PartitionData": [{"Index": 0, "Records": records}]}]})
+    path = write_pcap(tmp_path / "many.pcap",
+                      TcpConversation(("10.9.0.1", 40000), ("10.9.0.2", 9092)).send(True, produce).close())
+    with open_capture(str(path)) as reader:
+        event = next(ev for ev in Analyzer().run(reader.segments()) if type(ev) is MessageEvent)
+    written = []
+
+    def full():
+        batch = columns.batch(raw_schema(RECORDS))
+        written.append((batch.num_rows, batch.column("offset")[0].as_py(), batch.column("topic")[0].as_py()))
+        columns.clear()
+
+    columns = RecordColumns(10, full)
+    assert columns.add(event, "connection", "many") == count
+    assert written == [(RECORDS_PER_CHUNK, 100, "many")] * 3 and len(columns) == 5
 
 
 def test_ipv6_connections_give_decodes_messages(spark, tmp_path):

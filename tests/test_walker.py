@@ -198,27 +198,32 @@ def _legacy_produce(magic: int, codec: str) -> bytes:
         {"Name": "old", "PartitionData": [{"Index": 3, "Records": message_set}]}]}, size_prefix=False)
 
 
-def record_rows(msg, payload) -> list[tuple]:
-    """The message's records as the Spark records table has them (record_columns, a tuple per record in
-    _rows_from_fields' order: group values, then the record's, nulls as None)."""
+def record_rows(msg, payload, every: int = 3) -> list[tuple]:
+    """The message's records as the Spark records table has them (record_columns' chunks of at most `every`, a
+    tuple per record in _rows_from_fields' order: group values, then the record's, nulls as None)."""
     from array import array
 
     from kafkasniff.protocol.messages import record_columns
     from kafkasniff.protocol.walker import NULL_INT32, NULL_INT64, RECORD_COLUMNS
 
-    count, groups, *data = record_columns(msg, payload)
-    columns = {}
-    for (name, code), column in zip(RECORD_COLUMNS, data):
-        values = array(code, column)
-        assert len(values) == count
-        null = NULL_INT64 if code == "q" else NULL_INT32 if name in ("key_size", "value_size") else None
-        columns[name] = [None if v == null else v for v in values]
     rows = []
-    for i in range(count):
-        topic, topic_id, partition, codec, magic, producer_id, transactional, control = groups[columns["group"][i]]
-        rows.append((topic, topic_id, partition, columns["offset"][i], columns["timestamp"][i], columns["key_size"][i],
-                     columns["value_size"][i], columns["header_count"][i], codec, magic, producer_id, transactional,
-                     control, columns["crc_valid"][i] == 1))
+
+    def emit(count, groups, *data):
+        assert 0 < count <= every
+        columns = {}
+        for (name, code), column in zip(RECORD_COLUMNS, data):
+            values = array(code, column)
+            assert len(values) == count
+            null = NULL_INT64 if code == "q" else NULL_INT32 if name in ("key_size", "value_size") else None
+            columns[name] = [None if v == null else v for v in values]
+        for i in range(count):
+            topic, topic_id, partition, codec, magic, producer_id, transactional, control = \
+                groups[columns["group"][i]]
+            rows.append((topic, topic_id, partition, columns["offset"][i], columns["timestamp"][i],
+                         columns["key_size"][i], columns["value_size"][i], columns["header_count"][i], codec, magic,
+                         producer_id, transactional, control, columns["crc_valid"][i] == 1))
+
+    assert record_columns(msg, payload, emit, every) == len(rows)
     return rows
 
 

@@ -221,7 +221,7 @@ def run_frame(about: dict, data: bytes) -> None:
     field_trees(msg, data, record_limit=1000)
     json_body(msg, data)
     tree_text(msg, data, 64, False, True)
-    record_columns(msg, data)
+    record_columns(msg, data, lambda *chunk: None, 1000)
     if about["infer"]:
         infer_response(data)
 

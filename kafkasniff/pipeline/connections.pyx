@@ -232,8 +232,6 @@ cdef class ConnectionDecoder:
                 tally.responses += 1
                 client_id = ev.request.message.client_id if ev.request is not None else None
             record_count = self.records.add(ev, tally.id, client_id)
-            if record_count and len(self.records) >= self.out.ROWS_PER_GROUP:
-                self.out.flush()  # (records-heavy traffic: a batch of segments can carry millions of records)
             files = [self.file_names[f] for f in tally.files_between(ev.first_ts, ev.ts)]
             topics = list(self.topic_resolver.event_topics(ev))
             src, dst = tally.sender_and_receiver(ev)

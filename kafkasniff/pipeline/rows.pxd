@@ -10,6 +10,8 @@ cpdef tuple message_row(MessageEvent ev, str connection_id, list files, str src,
 
 cdef class RecordColumns:
     cdef list shared, chunks
-    cdef Py_ssize_t count
+    cdef Py_ssize_t count, rows_per_group
+    cdef object full
+    cdef tuple common  # the current message's columns
     cpdef clear(self)
     cpdef object add(self, MessageEvent ev, str connection_id, str client_id)

@@ -68,13 +68,19 @@ _MESSAGE_COLUMNS = ("ts", "connection_id", "capture_files", "src", "dst", "kind"
 assert MESSAGES.raw_names == _MESSAGE_COLUMNS, "messages table and message_row disagree"
 
 
+# Records a message hands on at a time (the walker's chunks): a few KB of compressed records can be millions.
+RECORDS_PER_CHUNK = 65536
+
+
 cdef class RecordColumns:
-    """The records table's rows not written yet, as columns: each record's values (RECORD_COLUMNS' bytes, message
-    by message) and, per batch, what its records share with the carrying message's columns."""
+    """The records table's rows not written yet, as columns: each record's values (RECORD_COLUMNS' bytes, chunk by
+    chunk) and, per batch, what its records share with the carrying message's columns. Once `rows_per_group` are
+    held, `full()` is called (it writes them), between chunks of a message too."""
 
-    # shared: _SHARED_COLUMNS tuples; chunks: per RECORD_COLUMNS, the bytes of each message's records (rows.pxd)
+    # shared: _SHARED_COLUMNS tuples; chunks: per RECORD_COLUMNS, the bytes of each chunk (rows.pxd)
 
-    def __cinit__(self):
+    def __init__(self, Py_ssize_t rows_per_group, full):
+        self.rows_per_group, self.full = rows_per_group, full
         self.clear()
 
     def __len__(self) -> int:
@@ -86,20 +92,22 @@ cdef class RecordColumns:
     cpdef object add(self, MessageEvent ev, str connection_id, str client_id):
         """The message's records; how many it carries, None when it carries no record batches."""
         cdef Message m = ev.message
-        found = messages.record_columns(m, ev.payload)
-        if found is None:
-            return None
-        cdef Py_ssize_t count = found[0], column
-        if count:
-            common = (micros(ev.ts), connection_id, "produce" if m.kind == "request" else "fetch", m.api_name,
-                      m.api_version, m.correlation_id, client_id)
-            groups = _rebased(found[-1], count, len(self.shared))
-            self.shared += [common + group for group in <list>found[1]]
-            for column in range(len(RECORD_COLUMNS) - 1):
-                (<list>self.chunks[column]).append(found[2 + column])
-            (<list>self.chunks[-1]).append(groups)
-            self.count += count
-        return count
+        self.common = (micros(ev.ts), connection_id, "produce" if m.kind == "request" else "fetch", m.api_name,
+                       m.api_version, m.correlation_id, client_id)
+        return messages.record_columns(m, ev.payload, self._take, RECORDS_PER_CHUNK)
+
+    def _take(self, Py_ssize_t count, list groups, *columns) -> None:
+        """A chunk of the current message's records (walker.record_columns)."""
+        common = self.common
+        cdef Py_ssize_t column
+        rebased = _rebased(columns[-1], count, len(self.shared))
+        self.shared += [common + group for group in groups]
+        for column in range(len(RECORD_COLUMNS) - 1):
+            (<list>self.chunks[column]).append(columns[column])
+        (<list>self.chunks[-1]).append(rebased)
+        self.count += count
+        if self.count >= self.rows_per_group:
+            self.full()
 
     def batch(self, schema) -> pa.RecordBatch:
         """The rows as a record batch of `schema` (the table's raw schema), but that the columns of text a batch's

@@ -47,7 +47,7 @@ class StagedTables:
     def __init__(self, out: str, staging: str, task: str) -> None:
         self._fs, root = output_fs(out)
         self.rows: dict[str, list[tuple] | RecordColumns] = {
-            t.name: RecordColumns() if t is RECORDS else [] for t in DECODED_TABLES}
+            t.name: RecordColumns(self.ROWS_PER_GROUP, self.flush) if t is RECORDS else [] for t in DECODED_TABLES}
         self._paths = {t.name: f"{root}/{staging}/{t.name}/{task}.parquet" for t in DECODED_TABLES}
         self._schemas = {t.name: raw_schema(t) for t in DECODED_TABLES}
         self._writers: dict[str, pq.ParquetWriter] = {}

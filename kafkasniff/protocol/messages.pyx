@@ -234,12 +234,13 @@ def json_body(msg: Message, buf, ctx=None, write=None) -> bytes | None:
     return walker.json_body(body, buf, msg.body_offset, msg.end, ctx, write)
 
 
-def record_columns(msg: Message, buf) -> tuple | None:
-    """The records the message carries, in wire order, as columns (walker.record_columns); None when it carries no
-    record batches."""
+def record_columns(msg: Message, buf, emit, every: int) -> int | None:
+    """The records the message carries, in wire order, handed on as columns in chunks (walker.record_columns); how
+    many, None when it carries no record batches."""
     if msg.body_offset is None or not msg.batches:
         return None
-    return walker.record_columns(_layout(msg.kind, msg.api_key, msg.api_version).body, buf, msg.body_offset, msg.end)
+    return walker.record_columns(_layout(msg.kind, msg.api_key, msg.api_version).body, buf, msg.body_offset, msg.end,
+                                 emit, every)
 
 
 def partition_facts(msg: Message, buf, wanted=None) -> tuple[dict, list[tuple]]:

@@ -91,20 +91,20 @@ def json_body(program: _walk.Program, buf, pos: int, end: int, ctx=None, write=N
     return _walk.json_body(program, buf, pos, end, ctx, write, JSON_FLUSH_BYTES, prefix, limit)
 
 
-# What record_columns gives (rows.c): what the records of a batch share (a group each), and a column per record value,
-# as (name, array typecode): native-endian, NULL_INT64 / NULL_INT32 where the value is null (or, for offsets and
-# timestamps, past 64 bits).
+# What record_columns hands on (rows.c): what the records of a batch share (a group each), and a column per record
+# value, as (name, array typecode): native-endian, NULL_INT64 / NULL_INT32 where the value is null (or, for offsets
+# and timestamps, past 64 bits).
 RECORD_GROUP = ("topic", "topic_id", "partition", "codec", "magic", "producer_id", "is_transactional", "is_control")
 RECORD_COLUMNS = (("offset", "q"), ("timestamp", "q"), ("key_size", "i"), ("value_size", "i"), ("header_count", "i"),
                   ("crc_valid", "B"), ("group", "i"))
 NULL_INT64, NULL_INT32 = _walk.NULL_INT64, _walk.NULL_INT32
 
 
-def record_columns(program: _walk.Program, buf, pos: int, end: int,
-                   limit: int = DEFAULT_MAX_DECOMPRESSED) -> tuple:
-    """(record count, [RECORD_GROUP tuple], RECORD_COLUMNS' bytes...) of the body at buf[pos:end], read in one pass;
-    timestamps in microseconds."""
-    return _walk.record_columns(program, buf, pos, end, limit)
+def record_columns(program: _walk.Program, buf, pos: int, end: int, emit, every: int,
+                   limit: int = DEFAULT_MAX_DECOMPRESSED) -> int:
+    """The records of the body at buf[pos:end], read in one pass and handed on in chunks of at most `every`:
+    emit(count, [RECORD_GROUP tuple], RECORD_COLUMNS' bytes...), timestamps in microseconds. Returns how many."""
+    return _walk.record_columns(program, buf, pos, end, limit, emit, every)
 
 
 # What partition_facts gives for each partition (partitions.c), and for each record batch in it.

@@ -1,13 +1,14 @@
 /* The records builder: the Spark `records` table's columns of a Produce request's or Fetch response's records,
- * read in the walk itself (no Field tree, no object per record). Per record, native-endian values, one bytes
- * object per column (RECORD_COLUMNS in walker.py):
+ * read in the walk itself (no Field tree, no object per record), handed on in chunks of at most `every` records (a
+ * few KB of compressed records can be millions). Per record, native-endian values, one bytes object per column
+ * (RECORD_COLUMNS in walker.py):
  *
  *   offset int64, timestamp µs int64, key size int32, value size int32, header count int32, crc valid uint8,
  *   group int32
  *
  * where a value that is null (no key, no value, no timestamp) or does not fit (base + delta past 64 bits on
- * hostile input) is NULL_INT64 / NULL_INT32 (walk.h), and `group` indexes a list of what the records of
- * one batch share: (topic, topic id, partition, codec, magic, producer id, transactional, control). Topic and
+ * hostile input) is NULL_INT64 / NULL_INT32 (walk.h), and `group` indexes the chunk's list of what the records
+ * of one batch share: (topic, topic id, partition, codec, magic, producer id, transactional, control). Topic and
  * partition come from the fields whose roles say so, in the structs around the records field (a struct's own
  * override those around it). Legacy messages give a record each; a compressed wrapper's inner messages give
  * theirs, in the wrapper's group, with its CRC verdict and their own. Partial and malformed items give none.
@@ -23,9 +24,10 @@ typedef struct {
 enum { C_OFFSET, C_TIMESTAMP, C_KEY_SIZE, C_VALUE_SIZE, C_HEADER_COUNT, C_CRC_VALID, C_GROUP, COLUMNS };
 
 typedef struct {
-    Out columns[COLUMNS]; /* grown as records come: at most what a message's decompression budget allows */
-    Py_ssize_t count;
-    PyObject *groups; /* list of the batches' shared values */
+    Out columns[COLUMNS]; /* the records not handed on yet: at most `every` */
+    Py_ssize_t count, every, total;
+    PyObject *emit; /* takes each chunk: emit(count, groups, column bytes...) */
+    PyObject *groups; /* list of the shared values of the chunk's batches */
     PyObject *held; /* a list keeping the context values alive */
     Context context[MAX_NEST];
     int depth;
@@ -122,6 +124,37 @@ static int begin_group(Rows *r) {
     return failed;
 }
 
+/* Hand the chunk on and start the next one, in the batch being read (its group, the chunk's last, comes along). */
+static int emit(Rows *r) {
+    PyObject *chunk = PyTuple_New(2 + COLUMNS);
+    if (chunk == NULL)
+        return -1;
+    PyTuple_SET_ITEM(chunk, 0, PyLong_FromSsize_t(r->count));
+    PyTuple_SET_ITEM(chunk, 1, Py_NewRef(r->groups));
+    for (int i = 0; i < COLUMNS; i++)
+        PyTuple_SET_ITEM(chunk, 2 + i, PyBytes_FromStringAndSize(r->columns[i].data, r->columns[i].len));
+    for (int i = 0; i < 2 + COLUMNS; i++) {
+        if (PyTuple_GET_ITEM(chunk, i) == NULL) {
+            Py_DECREF(chunk);
+            return -1;
+        }
+    }
+    PyObject *done = PyObject_Call(r->emit, chunk, NULL);
+    Py_DECREF(chunk);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    Py_ssize_t groups = PyList_GET_SIZE(r->groups);
+    PyObject *next = PyList_GetSlice(r->groups, groups ? groups - 1 : 0, groups);
+    if (next == NULL)
+        return -1;
+    Py_SETREF(r->groups, next);
+    for (int i = 0; i < COLUMNS; i++)
+        r->columns[i].len = 0;
+    r->count = 0;
+    return 0;
+}
+
 static int row(Rows *r, int64_t offset, int64_t timestamp, Py_ssize_t key_len, Py_ssize_t value_len,
                int header_count, int crc_valid) {
     int32_t key_size = size_of(key_len), value_size = size_of(value_len), headers = header_count;
@@ -133,8 +166,8 @@ static int row(Rows *r, int64_t offset, int64_t timestamp, Py_ssize_t key_len, P
         out_write(&c[C_HEADER_COUNT], &headers, 4) || out_write(&c[C_CRC_VALID], &crc, 1) ||
         out_write(&c[C_GROUP], &group, 4))
         return -1;
-    r->count++;
-    return 0;
+    r->total++;
+    return ++r->count < r->every ? 0 : emit(r);
 }
 
 static int rr_malformed(Walker *w, void *st, const Span *span, Py_ssize_t start, Py_ssize_t end, Py_ssize_t at,
@@ -207,42 +240,29 @@ static int r_records(Walker *w, int name, Py_ssize_t at, Py_ssize_t size, Py_ssi
 const Builder rows_builder = {r_fixed, r_text, r_nothing, r_null, r_end, r_struct_begin, r_struct_null,
                               r_struct_end, r_tagged_begin, r_tagged_unknown, r_tagged_end, r_records, r_embedded};
 
-/* record_columns(program, buf, pos, end, decompress_limit) -> (count, groups, column bytes...): see the top of this
- * file. */
+/* record_columns(program, buf, pos, end, decompress_limit, emit, every) -> records: see the top of this file. */
 PyObject *record_columns(PyObject *self, PyObject *args) {
-    PyObject *program;
+    PyObject *program, *emit_to;
     Py_buffer buf;
-    Py_ssize_t pos, end;
+    Py_ssize_t pos, end, every;
     long long limit;
-    if (!PyArg_ParseTuple(args, "O!y*nnL:record_columns", &ProgramType, &program, &buf, &pos, &end, &limit))
+    if (!PyArg_ParseTuple(args, "O!y*nnLOn:record_columns", &ProgramType, &program, &buf, &pos, &end, &limit,
+                          &emit_to, &every))
         return NULL;
     PyObject *result = NULL;
-    Rows r = {.groups = PyList_New(0), .held = PyList_New(0)};
+    Rows r = {.emit = emit_to, .every = every, .groups = PyList_New(0), .held = PyList_New(0)};
     if (r.groups == NULL || r.held == NULL)
         goto done;
-    if (pos < 0 || end > buf.len || pos > end) {
-        PyErr_SetString(PyExc_ValueError, "record_columns: range outside the buffer");
+    if (pos < 0 || end > buf.len || pos > end || every < 1 || !PyCallable_Check(emit_to)) {
+        PyErr_SetString(PyExc_ValueError, "record_columns: range outside the buffer, or no way to hand on records");
         goto done;
     }
     Walker w = {.b = buf.buf, .buflen = buf.len, .bufobj = buf.obj, .builder = &rows_builder, .state = &r,
                 .decompress_budget = limit};
     Py_ssize_t stop;
     walk_program(&w, (const Program *)program, pos, end, &stop);
-    if (w.failed == 2)
-        goto done;
-    result = PyTuple_New(2 + COLUMNS);
-    if (result == NULL)
-        goto done;
-    PyTuple_SET_ITEM(result, 0, PyLong_FromSsize_t(r.count));
-    PyTuple_SET_ITEM(result, 1, Py_NewRef(r.groups));
-    for (int i = 0; i < COLUMNS; i++)
-        PyTuple_SET_ITEM(result, 2 + i, PyBytes_FromStringAndSize(r.columns[i].data, r.columns[i].len));
-    for (int i = 0; i < 2 + COLUMNS; i++) {
-        if (PyTuple_GET_ITEM(result, i) == NULL) {
-            Py_CLEAR(result);
-            break;
-        }
-    }
+    if (w.failed != 2 && (r.count == 0 || emit(&r) == 0))
+        result = PyLong_FromSsize_t(r.total);
 done:
     for (int i = 0; i < COLUMNS; i++)
         out_free(&r.columns[i]);

@@ -580,7 +580,7 @@ static PyMethodDef methods[] = {
      "records_fields(buf, pos, end, limit, partial_ok, record_limit) -> [Field]"},
     {"records_json", records_json, METH_VARARGS, "records_json(buf, pos, end, prefix, limit) -> bytes"},
     {"record_columns", record_columns, METH_VARARGS,
-     "record_columns(program, buf, pos, end, limit) -> (count, groups, column bytes...)"},
+     "record_columns(program, buf, pos, end, limit, emit, every) -> records (emit(count, groups, column bytes...))"},
     {"partition_facts", partition_facts, METH_VARARGS,
      "partition_facts(program, buf, pos, end, limit, wanted=None) -> (root facts, [partition tuple])"},
     {"text_tree", text_tree, METH_VARARGS, "text_tree(roots, buf, limit, show_secrets, spans, ctx, api_names, "
