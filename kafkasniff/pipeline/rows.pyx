@@ -15,6 +15,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.math cimport rint
 from libc.stdint cimport int32_t
 
+from array import array
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -70,6 +72,7 @@ assert MESSAGES.raw_names == _MESSAGE_COLUMNS, "messages table and message_row d
 
 # Records a message hands on at a time (the walker's chunks): a few KB of compressed records can be millions.
 RECORDS_PER_CHUNK = 65536
+_WIDTHS = tuple(array(code).itemsize for _, code in RECORD_COLUMNS)  # bytes per record of each column
 
 
 cdef class RecordColumns:
@@ -100,6 +103,9 @@ cdef class RecordColumns:
         """A chunk of the current message's records (walker.record_columns)."""
         common = self.common
         cdef Py_ssize_t column
+        if len(columns) != len(RECORD_COLUMNS) or any(len(values) != count * width
+                                                      for values, width in zip(columns, _WIDTHS)):
+            raise ValueError(f"record_columns: columns of other lengths than {count} records")
         rebased = _rebased(columns[-1], count, len(self.shared))
         self.shared += [common + group for group in groups]
         for column in range(len(RECORD_COLUMNS) - 1):
@@ -138,9 +144,7 @@ cdef class RecordColumns:
 
 
 cdef bytes _rebased(bytes groups, Py_ssize_t count, Py_ssize_t first):
-    """A message's group column, its indexes counted from `first` (the groups held before it)."""
-    if len(groups) != count * <Py_ssize_t>sizeof(int32_t):
-        raise ValueError(f"record_columns: {len(groups)} bytes of groups for {count} records")
+    """A chunk's group column, its indexes counted from `first` (the groups held before it)."""
     cdef bytes rebased = PyBytes_FromStringAndSize(NULL, count * sizeof(int32_t))
     cdef const int32_t *src = <const int32_t *>PyBytes_AS_STRING(groups)
     cdef int32_t *dst = <int32_t *>PyBytes_AS_STRING(rebased)
