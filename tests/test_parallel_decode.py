@@ -126,7 +126,7 @@ def test_stats_on_workers_count_what_one_process_counts(options):
 
 def test_pipes_carry_plain_values_marshalled_and_anything_else_pickled():
     """What workers and parent send each other is marshalled (faster than a pickle to make) when it is plain values,
-    as events, lines and --stats' items are; a worker's totals (compiled counters) and a message the parent renders
+    as lines and --stats' items are; a worker's totals (compiled counters) and a message the parent renders
     go pickled, and the reader tells the two apart by their first byte."""
     from kafkasniff.render.stats import ApiStats
 
@@ -140,6 +140,39 @@ def test_pipes_carry_plain_values_marshalled_and_anything_else_pickled():
     data = parallel._dumps((parallel.END, struct.pack("=2q", parallel.END, -1), b"", [((4, {0: stats}), None)], 1, 0))
     assert data[0] == 0x80
     assert parallel._loads(data)[3][0][0][1][0].to_json() == stats.to_json()
+
+
+def test_a_batch_is_read_back_as_written_and_a_cut_one_is_refused():
+    """Events go to the workers as native values, one bytearray a batch after its watermark (share.pyx); a worker
+    reads them in order and hands each to its Analyzer, which makes what it makes of the capture in one process. A
+    batch that ends inside a value, or holds a kind of event there is not, is an error: never a read past its end."""
+    from kafkasniff.engine.share import handle_all, share_out
+    from kafkasniff.stream.tcp import TcpReassembler
+
+    batches, sent = [bytearray(8)], []
+
+    def send(watermark: int) -> None:
+        sent.append(bytes(batches[0]))
+        del batches[0][8:]
+
+    with open_capture(CONFLUENT) as reader:
+        assert share_out(reader.segment_batches(), TcpReassembler(), batches, send, lambda: False, 16, 1 << 20)
+    sent.append(bytes(batches[0]))
+    assert len(sent) > 10
+
+    def summary(ev):
+        message = getattr(ev, "message", None)
+        return type(ev).__name__, message and (message.api_key, message.correlation_id, message.kind)
+
+    read, analyzer, replies = [], Analyzer(), Replies(lambda *reply: None)
+    for batch in sent:
+        handle_all(analyzer, batch, 8, lambda ev, _: read.append(summary(ev)), replies, 1 << 40)
+    with open_capture(CONFLUENT) as reader:
+        assert read == [summary(ev) for ev in Analyzer().run(reader.segments())] and len(read) > 100
+    batch = next(b for b in sent if len(b) > 100)
+    for broken in (batch[:-3], batch[:8] + b"\0" * 8 + b"\x09" + batch[17:]):
+        with pytest.raises(ValueError, match="parallel: "):
+            handle_all(Analyzer(), broken, 8, lambda ev, _: None, replies, 1 << 40)
 
 
 class _Written:

@@ -1,11 +1,12 @@
-"""The per-event loops of parallel decoding, compiled: the parent reassembles TCP and turns each event into a
-tuple of plain values for its connection's worker; the worker hands each tuple to the Analyzer method of its kind.
+"""The per-event loops of parallel decoding, compiled: the parent reassembles TCP and writes each event, as native
+values, into the batch (a bytearray) of its connection's worker; the worker hands each to the Analyzer method of its
+kind. No object per event crosses the pipe: no tuple to make, marshal and load on either side.
 
 Every packet of a capture passes through the parent's loop, which one core runs for all the workers: in Python it
-cost about 4,500 instructions per event (parallel.py says why the events travel as plain tuples)."""
+cost about 4,500 instructions per event."""
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memcpy
 
 from kafkasniff.stream import tcp
@@ -13,10 +14,10 @@ from kafkasniff.stream import tcp
 from kafkasniff.stream.analyzer cimport Analyzer
 from kafkasniff.stream.session cimport MessageEvent
 from kafkasniff.render.output import OUTPUT_BLOCK
-from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, StreamData
+from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, StreamData, StreamEnd
 
-# An event's kind, the second value of its tuple (the first is its number in capture order). TICK is not a TCP
-# event: a live capture was idle, and capture time went on (every worker gets it).
+# An event's kind, its second value (the first is its number in capture order). TICK is not a TCP event: a live
+# capture was idle, and capture time went on (every worker gets it).
 DATA, OPENED, GAP, ENDED, LATE, TICK = range(6)
 cdef int _DATA = DATA, _OPENED = OPENED, _GAP = GAP, _ENDED = ENDED, _LATE = LATE, _TICK = TICK
 cdef int _BOTH = tcp.BOTH
@@ -27,47 +28,88 @@ cdef enum:
 cdef Py_ssize_t _OUTPUT_BLOCK = OUTPUT_BLOCK
 
 
-cpdef tuple plain(long long number, event):
-    """The event as (number, kind, stream, content...), or None for a direction's own end (it tells the Analyzer
+cdef inline void _put(bytearray buffer, const void *value, Py_ssize_t size):
+    _append(buffer, <const char *>value, size)
+
+
+cdef inline void _put_i64(bytearray buffer, long long value):
+    _put(buffer, &value, 8)
+
+
+cdef inline void _put_f64(bytearray buffer, double value):
+    _put(buffer, &value, 8)
+
+
+cdef inline void _put_u8(bytearray buffer, unsigned char value):
+    _put(buffer, &value, 1)
+
+
+cdef inline void _put_text(bytearray buffer, str text):
+    cdef bytes encoded = text.encode()
+    _put_i64(buffer, len(encoded))
+    _append(buffer, PyBytes_AS_STRING(encoded), len(encoded))
+
+
+cdef inline void _put_head(bytearray batch, unsigned char kind, long long stream, unsigned char flag):
+    """What every TCP event starts with after its number: its kind, its connection and a byte (the direction, or
+    whether the connection's start was seen)."""
+    _put_u8(batch, kind)
+    _put_i64(batch, stream)
+    _put_u8(batch, flag)
+
+
+cdef bint _encode(bytearray batch, long long number, event, long long *data_bytes) except -1:
+    """The event, numbered, at the end of its worker's batch: (number, kind, stream, direction or flag, content...) as
+    native values, a DATA event's bytes as they are; False for a direction's own end (it tells the Analyzer
     nothing)."""
     kind = type(event)
     cdef tuple ev = <tuple>event  # every event is a named tuple: read by index
-    conn = <tuple>ev[0]
-    stream = conn[0]
+    cdef long long stream = (<tuple>ev[0])[0]
+    cdef bytes data
+    if kind is StreamEnd and ev[1] != _BOTH:
+        return False
+    _put_i64(batch, number)
     if kind is StreamData:  # (conn, direction, offset, data, ts)
-        return (number, _DATA, stream, ev[1], ev[3], ev[4])
-    if kind is ConnectionOpened:  # (conn, client_guess, ts)
-        a, b = <tuple>conn[1], <tuple>conn[2]
-        return (number, _OPENED, stream, a[0], a[1], b[0], b[1], ev[1] is not None)
-    if kind is Gap:  # (conn, direction, offset, size, ts)
-        return (number, _GAP, stream, ev[1], ev[3], ev[4])
-    if kind is LateData:  # (conn, direction, offset, size, ts)
-        return (number, _LATE, stream, ev[1], ev[2], ev[3], ev[4])
-    if ev[1] == _BOTH:  # StreamEnd (conn, direction, reason, ts)
-        return (number, _ENDED, stream, ev[3])
-    return None
+        data = ev[3]
+        _put_head(batch, _DATA, stream, ev[1])
+        _put_f64(batch, ev[4])
+        _put_i64(batch, len(data))
+        _append(batch, PyBytes_AS_STRING(data), len(data))
+        data_bytes[0] += len(data)
+    elif kind is ConnectionOpened:  # (conn, client_guess, ts)
+        a, b = <tuple>(<tuple>ev[0])[1], <tuple>(<tuple>ev[0])[2]
+        _put_head(batch, _OPENED, stream, ev[1] is not None)
+        _put_text(batch, a[0])
+        _put_i64(batch, a[1])
+        _put_text(batch, b[0])
+        _put_i64(batch, b[1])
+    elif kind is Gap or kind is LateData:  # (conn, direction, offset, size, ts)
+        _put_head(batch, _GAP if kind is Gap else _LATE, stream, ev[1])
+        if kind is LateData:
+            _put_i64(batch, ev[2])
+        _put_i64(batch, ev[3])
+        _put_f64(batch, ev[4])
+    else:  # StreamEnd of both directions (conn, direction, reason, ts)
+        _put_head(batch, _ENDED, stream, 0)
+        _put_f64(batch, ev[3])
+    return True
 
 
-cdef long long _distribute(list events, long long number, list batches, long long *data_bytes):
-    """Append each event's plain tuple, numbered from `number`, to the batch of its connection's worker (stream
-    number modulo the workers), adding the stream bytes to data_bytes; the number after the last."""
+cdef long long _distribute(list events, long long number, list batches, long long *data_bytes) except -1:
+    """Append each event, numbered from `number`, to the batch of its connection's worker (stream number modulo the
+    workers), adding the stream bytes to data_bytes; the number after the last."""
     cdef Py_ssize_t count = len(batches)
-    cdef tuple item
     for ev in events:
-        item = plain(number, ev)
-        if item is not None:
-            (<list>batches[<long long>item[2] % count]).append(item)
-            if <int>item[1] == _DATA:
-                data_bytes[0] += len(<bytes>item[4])
+        _encode(<bytearray>batches[<long long>(<tuple>(<tuple>ev)[0])[0] % count], number, ev, data_bytes)
         number += 1
     return number
 
 
 def share_out(segment_lists, reassembler, list batches, send, stopped, long long batch_events,
               long long batch_bytes) -> bint:
-    """Reassemble the segments (given a list at a time); append each event's plain tuple to the batch of its connection's worker
-    (stream number modulo the workers), and `send(watermark)` them all every `batch_events` events or
-    `batch_bytes` stream bytes, the watermark being the last event number handed out. False when `stopped()`
+    """Reassemble the segments (given a list at a time); append each event to the batch (a bytearray) of its
+    connection's worker (stream number modulo the workers), and `send(watermark)` them all every `batch_events`
+    events or `batch_bytes` stream bytes, the watermark being the last event number handed out. False when `stopped()`
     says to give up; else the batches hold the rest, the capture's end included."""
     cdef long long number = 0, pending = 0, pending_bytes = 0
     cdef list events
@@ -97,7 +139,9 @@ def share_out_live(blocks, reassembler, list batches, send, stopped, now) -> boo
             at = now()
             number = _distribute(reassembler.tick(at), number, batches, &data_bytes)
             for batch in batches:
-                (<list>batch).append((number, _TICK, at))
+                _put_i64(<bytearray>batch, number)
+                _put_u8(<bytearray>batch, _TICK)
+                _put_f64(<bytearray>batch, at)
             number += 1
         else:
             number = _distribute(reassembler.feed_all(segments), number, batches, &data_bytes)
@@ -170,28 +214,77 @@ cdef class Replies:
         self._clear()
 
 
-def handle_all(Analyzer analyzer, list items, render, Replies replies, long long reply_bytes) -> None:
-    """A worker's batch: each item to its Analyzer method, each resulting event rendered (`render(event,
-    replies)`) into `replies`. Whenever what was rendered reaches `reply_bytes` (lines, and the payloads of events
-    handed on whole), it is sent with the number of the item just done as watermark; the rest stays in `replies`."""
-    cdef tuple item, rendered
-    cdef int kind
-    for item in items:
-        kind = item[1]
-        if kind == _DATA:
-            events = analyzer.stream_data(item[2], item[3], item[4], item[5])
-        elif kind == _OPENED:
-            analyzer.opened(item[2], Endpoint(item[3], item[4]), Endpoint(item[5], item[6]), item[7])
-            continue
-        elif kind == _GAP:
-            events = analyzer.gap(item[2], item[3], item[4], item[5])
-        elif kind == _LATE:
-            events = analyzer.late(item[2], item[3], item[4], item[5], item[6])
-        elif kind == _TICK:
-            events = analyzer.poll_tls(item[2])
+cdef class _Reader:
+    """A batch's values, read in order; a value past its end is a ValueError (the batch is not trusted)."""
+    cdef const unsigned char *data
+    cdef Py_ssize_t at, size
+    cdef object keep  # the buffer's owner
+
+    def __cinit__(self, bytes batch, Py_ssize_t at):
+        self.keep, self.data, self.size, self.at = batch, <const unsigned char *>PyBytes_AS_STRING(batch), \
+            len(batch), at
+
+    cdef inline const unsigned char *take(self, Py_ssize_t size) except NULL:
+        if size < 0 or size > self.size - self.at:
+            raise ValueError(f"parallel: a batch ends inside a value (byte {self.at} of {self.size})")
+        self.at += size
+        return self.data + self.at - size
+
+    cdef inline long long i64(self) except? -1:
+        cdef long long value
+        memcpy(&value, self.take(8), 8)
+        return value
+
+    cdef inline double f64(self) except? -1:
+        cdef double value
+        memcpy(&value, self.take(8), 8)
+        return value
+
+    cdef inline int u8(self) except -1:
+        return self.take(1)[0]
+
+    cdef inline bytes bytes_(self):
+        cdef Py_ssize_t size = self.i64()
+        return PyBytes_FromStringAndSize(<const char *>self.take(size), size)
+
+
+def handle_all(Analyzer analyzer, bytes batch, Py_ssize_t at, render, Replies replies, long long reply_bytes) -> None:
+    """A worker's batch, its events from byte `at` (_encode's): each to its Analyzer method, each resulting event
+    rendered (`render(event, replies)`) into `replies`. Whenever what was rendered reaches `reply_bytes` (lines, and
+    the payloads of events handed on whole), it is sent with the number of the event just done as watermark; the
+    rest stays in `replies`."""
+    cdef _Reader items = _Reader(batch, at)
+    cdef tuple rendered
+    cdef int kind, flag
+    cdef long long number, stream
+    while items.at < items.size:
+        number = items.i64()
+        kind = items.u8()
+        if kind == _TICK:
+            events = analyzer.poll_tls(items.f64())
         else:
-            events = analyzer.ended(item[2], item[3])
-        replies.number = item[0]
+            stream = items.i64()
+            flag = items.u8()  # the direction, or whether the connection's start was seen
+            if kind == _DATA:
+                ts = items.f64()
+                events = analyzer.stream_data(stream, flag, items.bytes_(), ts)
+            elif kind == _OPENED:
+                a = Endpoint(items.bytes_().decode(), items.i64())
+                b = Endpoint(items.bytes_().decode(), items.i64())
+                analyzer.opened(stream, a, b, flag != 0)
+                continue
+            elif kind == _GAP:
+                size = items.i64()
+                events = analyzer.gap(stream, flag, size, items.f64())
+            elif kind == _LATE:
+                offset = items.i64()
+                size = items.i64()
+                events = analyzer.late(stream, flag, offset, size, items.f64())
+            elif kind == _ENDED:
+                events = analyzer.ended(stream, items.f64())
+            else:
+                raise ValueError(f"parallel: an event of unknown kind {kind}")
+        replies.number = number
         for ev in events:
             if type(ev) is MessageEvent:
                 replies.messages += 1
@@ -199,7 +292,7 @@ def handle_all(Analyzer analyzer, list items, render, Replies replies, long long
             if rendered is not None:
                 replies.add(rendered)
         if replies.size >= reply_bytes:
-            replies.send(item[0])
+            replies.send(number)
 
 
 cdef class _Reply:
