@@ -28,26 +28,24 @@ cdef enum:
 cdef Py_ssize_t _OUTPUT_BLOCK = OUTPUT_BLOCK
 
 
-cdef inline void _put(bytearray buffer, const void *value, Py_ssize_t size):
-    _append(buffer, <const char *>value, size)
-
-
 cdef inline void _put_i64(bytearray buffer, long long value):
-    _put(buffer, &value, 8)
+    _append(buffer, <const char *>&value, 8)
 
 
 cdef inline void _put_f64(bytearray buffer, double value):
-    _put(buffer, &value, 8)
+    _append(buffer, <const char *>&value, 8)
 
 
 cdef inline void _put_u8(bytearray buffer, unsigned char value):
-    _put(buffer, &value, 1)
+    _append(buffer, <const char *>&value, 1)
 
 
-cdef inline void _put_text(bytearray buffer, str text):
-    cdef bytes encoded = text.encode()
-    _put_i64(buffer, len(encoded))
-    _append(buffer, PyBytes_AS_STRING(encoded), len(encoded))
+cdef inline Py_ssize_t _put_bytes(bytearray buffer, bytes data):
+    """The bytes after their length (what _Reader.bytes_ reads); their length."""
+    cdef Py_ssize_t size = len(data)
+    _put_i64(buffer, size)
+    _append(buffer, PyBytes_AS_STRING(data), size)
+    return size
 
 
 cdef inline void _put_head(bytearray batch, unsigned char kind, long long stream, unsigned char flag):
@@ -58,30 +56,28 @@ cdef inline void _put_head(bytearray batch, unsigned char kind, long long stream
     _put_u8(batch, flag)
 
 
-cdef bint _encode(bytearray batch, long long number, event, long long *data_bytes) except -1:
-    """The event, numbered, at the end of its worker's batch: (number, kind, stream, direction or flag, content...) as
-    native values, a DATA event's bytes as they are; False for a direction's own end (it tells the Analyzer
-    nothing)."""
+cdef void _encode(list batches, long long number, event, long long *data_bytes) except *:
+    """The event, numbered, at the end of the batch of its connection's worker (stream number modulo the workers):
+    (number, kind, stream, direction or flag, content...) as native values, a DATA event's bytes as they are, its
+    size added to data_bytes. A direction's own end tells the Analyzer nothing: it is left out."""
     kind = type(event)
     cdef tuple ev = <tuple>event  # every event is a named tuple: read by index
-    cdef long long stream = (<tuple>ev[0])[0]
-    cdef bytes data
     if kind is StreamEnd and ev[1] != _BOTH:
-        return False
+        return
+    cdef tuple conn = <tuple>ev[0]
+    cdef long long stream = conn[0]
+    cdef bytearray batch = <bytearray>batches[stream % len(batches)]
     _put_i64(batch, number)
     if kind is StreamData:  # (conn, direction, offset, data, ts)
-        data = ev[3]
         _put_head(batch, _DATA, stream, ev[1])
         _put_f64(batch, ev[4])
-        _put_i64(batch, len(data))
-        _append(batch, PyBytes_AS_STRING(data), len(data))
-        data_bytes[0] += len(data)
+        data_bytes[0] += _put_bytes(batch, ev[3])
     elif kind is ConnectionOpened:  # (conn, client_guess, ts)
-        a, b = <tuple>(<tuple>ev[0])[1], <tuple>(<tuple>ev[0])[2]
+        a, b = <tuple>conn[1], <tuple>conn[2]
         _put_head(batch, _OPENED, stream, ev[1] is not None)
-        _put_text(batch, a[0])
+        _put_bytes(batch, (<str>a[0]).encode())
         _put_i64(batch, a[1])
-        _put_text(batch, b[0])
+        _put_bytes(batch, (<str>b[0]).encode())
         _put_i64(batch, b[1])
     elif kind is Gap or kind is LateData:  # (conn, direction, offset, size, ts)
         _put_head(batch, _GAP if kind is Gap else _LATE, stream, ev[1])
@@ -92,15 +88,13 @@ cdef bint _encode(bytearray batch, long long number, event, long long *data_byte
     else:  # StreamEnd of both directions (conn, direction, reason, ts)
         _put_head(batch, _ENDED, stream, 0)
         _put_f64(batch, ev[3])
-    return True
 
 
 cdef long long _distribute(list events, long long number, list batches, long long *data_bytes) except -1:
-    """Append each event, numbered from `number`, to the batch of its connection's worker (stream number modulo the
-    workers), adding the stream bytes to data_bytes; the number after the last."""
-    cdef Py_ssize_t count = len(batches)
+    """Append each event, numbered from `number`, to the batch of its connection's worker, adding the stream bytes
+    to data_bytes; the number after the last."""
     for ev in events:
-        _encode(<bytearray>batches[<long long>(<tuple>(<tuple>ev)[0])[0] % count], number, ev, data_bytes)
+        _encode(batches, number, ev, data_bytes)
         number += 1
     return number
 
