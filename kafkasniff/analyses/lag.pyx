@@ -36,19 +36,22 @@ READ_COMMITTED = 1
 MAX_SESSION_CONNECTIONS = 10_000
 
 
-class Position:
+cdef class Position:
     """One consumer's fetching of one partition."""
 
-    __slots__ = ("group", "client_id", "topic", "partition", "fetches", "samples", "last", "max_lag")
+    cdef public object group, client_id, topic, partition
+    cdef public long long fetches
+    cdef public list samples  # None: not kept
+    cdef public tuple last     # (ts, fetch offset, high watermark, last stable offset, lag), None before a fetch
+    cdef public tuple max_lag  # the sample with the largest lag
 
     def __init__(self, group: str | None, client: str | None, topic: str, partition: int, samples: bool):
         self.group, self.client_id, self.topic, self.partition = group, client, topic, partition
         self.fetches = 0
-        self.samples: list[tuple] | None = [] if samples else None
-        self.last: tuple | None = None     # (ts, fetch offset, high watermark, last stable offset, lag)
-        self.max_lag: tuple | None = None  # the sample with the largest lag
+        self.samples = [] if samples else None
+        self.last = self.max_lag = None
 
-    def add(self, sample: tuple) -> None:
+    cdef void add(self, tuple sample) except *:
         self.fetches += 1
         self.last = sample
         if self.max_lag is None or sample[4] > self.max_lag[4]:
@@ -75,12 +78,13 @@ def _sample_json(sample: tuple | None) -> dict | None:
     return dict(zip(SAMPLE_FIELDS, sample)) if sample is not None else None
 
 
-class Traffic:
+cdef class Traffic:
     """One partition's Produce and Fetch traffic."""
 
-    __slots__ = ("produced_records", "produced_bytes", "first_produced_offset", "last_produced_offset",
-                 "first_produced_at", "last_produced_at", "fetch_responses", "fetched_records", "fetched_bytes",
-                 "high_watermark", "last_stable_offset", "high_watermark_at")
+    # Counters of 32-bit wire fields (records_bytes, batch record counts): a 64-bit sum of them cannot overflow.
+    cdef public long long produced_records, produced_bytes, fetch_responses, fetched_records, fetched_bytes
+    cdef public object first_produced_offset, last_produced_offset, first_produced_at, last_produced_at
+    cdef public object high_watermark, last_stable_offset, high_watermark_at
 
     def __init__(self) -> None:
         self.produced_records = self.produced_bytes = self.fetch_responses = 0
@@ -89,7 +93,7 @@ class Traffic:
         self.first_produced_at = self.last_produced_at = None
         self.high_watermark = self.last_stable_offset = self.high_watermark_at = None
 
-    def produced(self, first: int, last: int, records: int, size: int, ts: float) -> None:
+    cdef void produced(self, first, last, long long records, long long size, ts) except *:
         """Records at offsets first..last, `size` bytes of batches, sent at `ts`."""
         self.produced_records += records
         self.produced_bytes += size
@@ -125,44 +129,62 @@ class Commit:
         self.source = None
 
 
-class LagTracker:
+cdef class LagTracker:
     """Feed it every MessageEvent in capture order (`observe`), after the GroupTracker it asks about groups."""
+
+    cdef public object groups, topic_names, latency
+    cdef public bint samples
+    cdef public dict positions  # (group, client id outside groups, topic, partition) -> Position
+    cdef public dict commits    # (group, topic, partition) -> Commit
+    cdef public dict ends       # (topic, partition) -> (end offset, when)
+    cdef public dict traffic    # (topic, partition) -> Traffic
+    cdef dict _sessions         # connection -> partition -> fetch offset
 
     def __init__(self, groups: GroupTracker, topic_names: TopicNames, samples: bool = True):
         self.groups = groups
         self.topic_names = topic_names
         self.samples = samples
         self.latency = EndToEnd()
-        self.positions: dict[tuple, Position] = {}
-        self.commits: dict[tuple[str, str, int], Commit] = {}
-        self.ends: dict[tuple[str, int], tuple[int, float]] = {}  # (topic, partition) -> (end offset, when)
-        self.traffic: dict[tuple[str, int], Traffic] = {}
-        self._sessions: dict[object, dict[tuple[str, int], int]] = {}  # connection -> partition -> fetch offset
+        self.positions = {}
+        self.commits = {}
+        self.ends = {}
+        self.traffic = {}
+        self._sessions = {}
 
     def observe(self, s: Seen) -> None:
         if s.kind != "response" or s.request is None or s.malformed:
             return
-        handle = _HANDLERS.get(s.api_key)
-        if handle is not None:
-            handle(self, s)
+        api_key = s.api_key
+        if api_key == FETCH:
+            self._fetch(s)
+        elif api_key == PRODUCE:
+            self._produce(s)
+        elif api_key == LIST_OFFSETS:
+            self._list_offsets(s)
+        elif api_key == OFFSET_COMMIT:
+            self._offset_commit(s)
+        elif api_key == OFFSET_FETCH:
+            self._offset_fetch(s)
 
-    def end_offset(self, topic: str, partition: int, offset: int, ts: float) -> None:
+    cdef void end_offset(self, topic, partition, offset, ts) except *:
         known = self.ends.get((topic, partition))
         if known is None or offset > known[0]:
             self.ends[topic, partition] = (offset, ts)
 
-    def _traffic(self, topic: str, partition: int) -> Traffic:
+    cdef Traffic _traffic(self, topic, partition):
         found = self.traffic.get((topic, partition))
         if found is None:
             found = self.traffic[topic, partition] = Traffic()
         return found
 
-    def _fetch(self, s: Seen) -> None:
+    cdef void _fetch(self, s) except *:
         # Once per Fetch response (most of a consumer's traffic, in --top and --metrics-port too): compiled, the
         # partitions' tuples read as they are (wire.partitions' named tuples cost more than the rest), names looked
         # up inline.
         cdef dict by_id = self.topic_names.by_id
         cdef dict facts, session, traffics, positions
+        cdef Traffic traffic
+        cdef Position position
         cdef long long replica
         cdef bint read_committed
         request_root = s.request.root
@@ -187,7 +209,9 @@ class LagTracker:
                 self.end_offset(topic, partition, high_watermark, ts)
             last_stable = facts.get("last_stable_offset", -1)
             if replica < 0:
-                traffic = traffics.get(key) or self._traffic(topic, partition)
+                traffic = traffics.get(key)
+                if traffic is None:
+                    traffic = self._traffic(topic, partition)
                 traffic.fetch_responses += 1
                 traffic.fetched_bytes += facts.get("records_bytes", 0)
                 if batches:
@@ -211,7 +235,7 @@ class LagTracker:
             if batches:
                 self.latency.fetch(position.consumer, topic, partition, batches, ts)
 
-    def _session(self, connection, request_root: dict) -> dict:
+    cdef dict _session(self, connection, dict request_root):
         """The fetch offsets a connection last asked, per partition; a fetch that is not incremental (session
         epoch 0 or -1, or a version without sessions) asks afresh."""
         incremental = request_root.get("session_epoch", 0) > 0
@@ -224,7 +248,7 @@ class LagTracker:
             del self._sessions[next(iter(self._sessions))]
         return session
 
-    def _produce(self, s: Seen) -> None:
+    cdef void _produce(self, s) except *:
         names = self.topic_names
         _, sent = partitions(s.request, names)
         _, answered = partitions(s, names)
@@ -242,7 +266,7 @@ class LagTracker:
                 base_offset, base_offset + offsets - 1, sum(batch[2] for batch in sent_batches),
                 request_partition.facts.get("records_bytes", 0), s.request.ts)
 
-    def _list_offsets(self, s: Seen) -> None:
+    cdef void _list_offsets(self, s) except *:
         names = self.topic_names
         _, asked = partitions(s.request, names)
         latest = {(p.topic, p.partition) for p in asked if p.facts.get("timestamp") == LATEST_OFFSET}
@@ -252,7 +276,7 @@ class LagTracker:
             if (p.topic, p.partition) in latest and not p.facts.get("error_code") and offset >= 0:
                 self.end_offset(p.topic, p.partition, offset, s.ts)
 
-    def _offset_commit(self, s: Seen) -> None:
+    cdef void _offset_commit(self, s) except *:
         request, response = s.request.body, s.body
         if request is None or response is None or not request.get("group_id"):
             return
@@ -265,7 +289,7 @@ class LagTracker:
                 if not p.get("error_code") and offset is not None and offset >= 0:
                     self._committed(request["group_id"], topic, p["partition_index"], offset, s.ts, "OffsetCommit")
 
-    def _offset_fetch(self, s: Seen) -> None:
+    cdef void _offset_fetch(self, s) except *:
         request, response = s.request.body, s.body
         if request is None or response is None:
             return
@@ -282,7 +306,7 @@ class LagTracker:
                     if not p.get("error_code") and offset >= 0:
                         self._committed(group["group_id"], topic, p["partition_index"], offset, s.ts, "OffsetFetch")
 
-    def _committed(self, group: str, topic: str, partition: int, offset: int, ts: float, source: str) -> None:
+    cdef void _committed(self, group, topic, partition, offset, ts, str source) except *:
         commit = self.commits.get((group, topic, partition))
         if commit is None:
             commit = self.commits[group, topic, partition] = Commit(group, topic, partition)
@@ -337,7 +361,3 @@ class LagTracker:
 def _by_name(item) -> tuple:
     (topic, partition), _ = item
     return topic or "", partition
-
-
-_HANDLERS = {FETCH: LagTracker._fetch, PRODUCE: LagTracker._produce, LIST_OFFSETS: LagTracker._list_offsets,
-             OFFSET_COMMIT: LagTracker._offset_commit, OFFSET_FETCH: LagTracker._offset_fetch}

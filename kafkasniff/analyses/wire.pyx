@@ -131,10 +131,12 @@ cdef tuple _seen_values(MessageEvent ev, connection, bint plain):
 
 def seen_from_plain(tuple plain):
     """The Seen of what plain_seen gave."""
-    request = plain[12]
-    if request is not None:
-        request = _new(Asked, (request[0], _body(request[1]), *request[2:]))
-    return _new(Seen, (*plain[:8], _body(plain[8]), *plain[9:12], request))
+    # Every value named (no slices to unpack): it runs once per Seen where the analyses run, a parallel decode's
+    # merging thread or the Spark task of the whole capture.
+    cdef tuple request = plain[12]
+    asked = None if request is None else _new(Asked, (request[0], _body(request[1]), request[2], request[3]))
+    return _new(Seen, (plain[0], plain[1], plain[2], plain[3], plain[4], plain[5], plain[6], plain[7],
+                       _body(plain[8]), plain[9], plain[10], plain[11], asked))
 
 
 cdef object _body(text):
