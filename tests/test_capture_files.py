@@ -155,6 +155,38 @@ def test_pcapng_with_two_interfaces_of_different_link_types(tmp_path):
     assert_whole_exchange(reassemble_file(path))
 
 
+def test_packets_of_a_link_layer_not_read_are_counted_in_a_warning(tmp_path):
+    """The recorded exchange with its server's frames on an 802.11 interface (link type 105): the client's
+    segments are read, the server's are not, and the reader says how many packets it skipped and why; a file of
+    only such frames reads no segment and says so too, where it would otherwise decode to nothing."""
+    frames = exchange_frames()
+    from_server = sum(tcp_of(frame).sport == SERVER_PORT for _ts, frame in frames)
+    interfaces = [dpkt.pcapng.InterfaceDescriptionBlockLE(linktype=dpkt.pcap.DLT_EN10MB, snaplen=262144),
+                  dpkt.pcapng.InterfaceDescriptionBlockLE(linktype=105, snaplen=262144)]
+    mixed = tmp_path / "mixed.pcapng"
+    with open(mixed, "wb") as out:
+        writer = dpkt.pcapng.Writer(out, idb=interfaces)
+        for ts, frame in frames:
+            micros = round(ts * 1e6)
+            writer.writepkt(dpkt.pcapng.EnhancedPacketBlockLE(
+                iface_id=int(tcp_of(frame).sport == SERVER_PORT), ts_high=micros >> 32, ts_low=micros & 0xFFFFFFFF,
+                pkt_data=frame))
+    layers = "(Ethernet, Linux cooked v1 and v2, BSD null/loopback, raw IPv4 and IPv6)"
+    with open_capture(mixed) as reader:
+        segments = list(reader.segments())
+        assert [s.dport for s in segments] == [SERVER_PORT] * (len(frames) - from_server)
+        assert reader.warnings == [f"{mixed}: {from_server:,} packets skipped: their link type 105 is not a link "
+                                   f"layer kafkasniff reads {layers}; capture on an interface of one of those"]
+    only_usb = write_records(tmp_path / "usb.pcap", [(ts, frame, len(frame)) for ts, frame in frames], linktype=189)
+    with open_capture(only_usb) as reader:
+        assert list(reader.segments()) == []
+        assert reader.warnings == [f"{only_usb}: {len(frames):,} packets skipped: their link type 189 is not a "
+                                   f"link layer kafkasniff reads {layers}; capture on an interface of one of those"]
+    with open_capture(EXCHANGE_PCAP) as reader:  # a capture of a layer read: no such word
+        list(reader.segments())
+        assert reader.warnings == []
+
+
 def test_gzip_compressed_pcapng(tmp_path):
     same_segments(segments_of(_pcapng_two_interfaces(tmp_path / "mixed.pcapng.gz", compress=True)))
 

@@ -26,7 +26,7 @@ from itertools import chain
 from struct import Struct
 
 from kafkasniff.capture import _headers
-from kafkasniff.capture.packets import FrameParser, TcpSegment
+from kafkasniff.capture.packets import LINK_LAYERS_READ, LINK_TYPE_REASON, FrameParser, TcpSegment
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Larger than any link layer's frame (loopback reaches 65,549 bytes; pcapng allows 256 KiB
@@ -154,6 +154,16 @@ class CaptureReader:
             self._warn(f"compressed data ends early after {self.frames_read} records (file truncated?)")
         except (OSError, zlib.error) as error:
             self._warn(f"unreadable data after {self.frames_read} records: {error}")
+        if parse:
+            self._warn_of_unread_link_layers()
+
+    def _warn_of_unread_link_layers(self) -> None:
+        """Frames of a link layer the parser does not read hold no segment for it: without a word, a capture of
+        only such frames would decode to nothing, and one with such an interface among others to less."""
+        for reason, count in sorted(self.skipped.items()):
+            if reason.startswith(LINK_TYPE_REASON):
+                self._warn(f"{count:,} packets skipped: their {reason} is not a link layer kafkasniff reads "
+                           f"({LINK_LAYERS_READ}); capture on an interface of one of those")
 
     def _read_pcap_header(self):
         header = self._stream.read(20)

@@ -46,6 +46,11 @@ class TcpSegment(NamedTuple):
 
 _headers.use_segment_type(TcpSegment)
 
+# A frame whose link layer is not read is skipped for this reason followed by the link type's number (_headers.c);
+# these are the layers read.
+LINK_TYPE_REASON = "link type "
+LINK_LAYERS_READ = "Ethernet, Linux cooked v1 and v2, BSD null/loopback, raw IPv4 and IPv6"
+
 
 class FrameParser:
     """Parses frames into TcpSegments and counts the ones it skips, by reason.
