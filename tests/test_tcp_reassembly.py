@@ -387,6 +387,8 @@ def test_wait_bound_gives_up_the_hole_on_any_later_traffic():
     given_up = reassembler.feed(TcpSegment(4.0, *other, *SERVER, 2, 0, ACK, b"y"))
     assert summary(given_up) == [("data", A_TO_B, 1, b"y"), ("gap", A_TO_B, 1, 4), ("data", A_TO_B, 5, b"late")]
     assert [e.conn.stream for e in given_up] == [1, 0, 0]
+    # given up at 4.0, the hole showed at 1.5 with the bytes after it: the gap bears that time, as they do
+    assert [e.ts for e in given_up] == [4.0, 1.5, 1.5]
 
 
 def test_tick_gives_up_holes_without_traffic():
@@ -394,7 +396,9 @@ def test_tick_gives_up_holes_without_traffic():
     reassembler.feed(seg(CLIENT, 0, b"s", ts=1.0))
     reassembler.feed(seg(CLIENT, 5, b"late", ts=1.0))
     assert reassembler.tick(2.5) == []
-    assert summary(reassembler.tick(3.5)) == [("gap", A_TO_B, 1, 4), ("data", A_TO_B, 5, b"late")]
+    given_up = reassembler.tick(3.5)
+    assert summary(given_up) == [("gap", A_TO_B, 1, 4), ("data", A_TO_B, 5, b"late")]
+    assert [e.ts for e in given_up] == [1.0, 1.0]
 
 
 def test_reset_waits_for_the_bytes_that_fill_a_hole_before_it():

@@ -74,7 +74,7 @@ class Gap(NamedTuple):
     direction: int
     offset: int
     size: int
-    ts: float  # capture time at which the hole was given up on
+    ts: float  # capture time of the first bytes captured after the hole (of the end, for bytes missing at the end)
 
 
 class StreamEnd(NamedTuple):
@@ -394,8 +394,8 @@ cdef class TcpReassembler:
                 break
             released += 1
             data = piece[2]
-            if data is None:
-                events.append(tuple.__new__(Gap, (conn, direction, nxt, end - nxt, ts)))
+            if data is None:  # bytes the capture cut: missing as of their segment's time
+                events.append(tuple.__new__(Gap, (conn, direction, nxt, end - nxt, piece[3])))
             else:
                 half.pending_bytes -= end - start
                 events.append(tuple.__new__(StreamData, (conn, direction, nxt, data[nxt - start:], piece[3])))
@@ -406,9 +406,12 @@ cdef class TcpReassembler:
             half.hole_since = ts
 
     cdef void _skip_hole(self, conn, int direction, _HalfStream half, double ts, list events):
-        """Declare the hole before the first pending piece lost and deliver what follows."""
-        cdef long long hole_end = half.pending[0][0]
-        events.append(tuple.__new__(Gap, (conn, direction, half.next, hole_end - half.next, ts)))
+        """Declare the hole before the first pending piece lost and deliver what follows. The Gap bears the time
+        of that piece, when the hole showed, not `ts`, when it was given up on (up to max_wait later): what comes
+        after it in the stream is no older than the Gap."""
+        first = half.pending[0]
+        cdef long long hole_end = first[0]
+        events.append(tuple.__new__(Gap, (conn, direction, half.next, hole_end - half.next, first[3])))
         half.next = hole_end
         self._release(conn, direction, half, ts, events)
 
