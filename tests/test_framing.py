@@ -142,7 +142,7 @@ def test_out_of_sync_every_position_with_a_plausible_size_and_header_is_judged_o
 def test_a_response_older_than_every_request_waiting_is_judged_against_those_waiting_at_each_search():
     """Out of sync, the broker's direction takes a frame whose request was not captured if its correlation id is
     below every request still waiting (brokers answer in order). What is waiting changes as responses pair: each
-    search looks at it anew (a search works it out once, not once per candidate: up to 1,024 requests wait)."""
+    search looks at it anew (a search works it out once, not once per candidate: up to MAX_PENDING requests wait)."""
     from kafkasniff.protocol.encoder import encode_request, encode_response
     from kafkasniff.stream.session import MessageEvent, NoticeEvent, Session
     from kafkasniff.stream.tcp import Endpoint

@@ -41,9 +41,11 @@ IDENTIFY_LIMIT = 4 * 1024 * 1024
 MAX_ORPHANS = 64
 # Requests waiting for their response, per connection: beyond these, the oldest are given up (and counted in one
 # `unanswered` notice when the connection ends), so that a stream of requests never answered keeps bounded
-# memory. Clients keep a few requests in flight (librdkafka at most 1,000,000 by setting, 5 by default), and a
-# broker answers within the request's timeout (30 s by default; a JoinGroup may wait a rebalance, 5 min).
-MAX_PENDING = 1024
+# memory. Clients keep requests in flight (the Java client 5; librdkafka up to max.in.flight, 1,000,000 by
+# default: a confluent-kafka producer with linger.ms=0 was seen with 1,267 Produce requests waiting on one
+# connection), and a broker answers within the request's timeout (30 s by default; a JoinGroup may wait a
+# rebalance, 5 min).
+MAX_PENDING = 16_384
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 PENDING_SECONDS = 900.0
 INFERENCE_BUDGET = 64  # see ResponseFrames
