@@ -54,15 +54,30 @@ def table_text(table: Table) -> str:
 
 # --- the byte tables of --hex and explain: aligned columns, two spaces apart; the last column unpadded --------------
 
+def _width(cell: str) -> int:
+    """Terminal cells the text takes: its length when printable ASCII, as offsets, hex, field paths and types are
+    (measuring each character's width took a seventh of --hex)."""
+    return len(cell) if cell.isascii() and cell.isprintable() else cell_len(cell)
+
+
 def column_widths(header: tuple[str, ...], cells: Iterable[tuple]) -> list[int]:
-    """The width of every column but the last."""
-    widths = [cell_len(h) for h in header[:-1]]
-    columns = range(len(widths))
-    for row in cells:
-        for i in columns:
-            width = cell_len(row[i])
-            if width > widths[i]:
-                widths[i] = width
+    """The width of every column but the last. Cells given as a list are measured a column at a time; others
+    (explain's, made as they are measured so as not to be held) a row at a time."""
+    if not isinstance(cells, list):
+        widths = [_width(h) for h in header[:-1]]
+        columns = range(len(widths))
+        for row in cells:
+            for i in columns:
+                width = _width(row[i])
+                if width > widths[i]:
+                    widths[i] = width
+        return widths
+    widths = []
+    for i, title in enumerate(header[:-1]):
+        column = [row[i] for row in cells]
+        joined = "".join(column)  # one check of the whole column: measured cell by cell only when it must be
+        widest = max(map(len if joined.isascii() and joined.isprintable() else _width, column), default=0)
+        widths.append(max(widest, _width(title)))
     return widths
 
 
@@ -85,7 +100,8 @@ def write_table(out: TextIO, header: tuple[str, ...], cells: Iterable[tuple], wi
     if widths is None:
         widths = column_widths(header, cells)
     for row in itertools.chain((header,), cells):
-        padded = "".join([cell + " " * (width - cell_len(cell) + 2) for cell, width in zip(row, widths)])
+        padded = "".join([cell.ljust(width + 2) if cell.isascii() and cell.isprintable() else
+                          cell + " " * (width - cell_len(cell) + 2) for cell, width in zip(row, widths)])
         last = row[-1]
         if type(last) is Pieces:
             out.write(padded)
