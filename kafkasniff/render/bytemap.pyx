@@ -1,8 +1,11 @@
+# cython: language_level=3
 """Every byte of a decoded frame, as rows: offset, length, field path, type, value.
 
 Leaves give one row each. Bytes inside a container that no child covers
 (array counts, string and struct length prefixes, tag headers) become rows of
 their own, named after the container, so the rows tile the input exactly.
+
+Compiled (Cython, as it is): --hex makes a row per field of every message, a Fetch's records included.
 """
 
 from __future__ import annotations
