@@ -41,14 +41,14 @@ def run(*args: str) -> str:
     return result.stdout
 
 
-@pytest.mark.parametrize("view", [[], ["--json"], ["-V"]], ids=["line", "json", "tree"])
+@pytest.mark.parametrize("view", [[], ["--json"], ["-V"], ["--hex"]], ids=["line", "json", "tree", "hex"])
 @pytest.mark.parametrize("jobs", ["2", "3"])
 def test_workers_write_what_one_process_writes(view, jobs):
     # All captures in one run: stream numbers and topic ids carry over from file to file as in one process.
     single = run(*view, "-j", "1", *ALL_CAPTURES)
     shared = run(*view, "-j", jobs, *ALL_CAPTURES)
     assert shared == single
-    if view == ["-V"]:  # a headline per message, at the start of a line
+    if view in (["-V"], ["--hex"]):  # a headline per message, at the start of a line
         assert sum(line[:2].isdigit() and " corr=" in line for line in single.splitlines()) == 2229
         assert "\0" not in single
     else:
@@ -60,7 +60,7 @@ def test_workers_write_what_one_process_writes(view, jobs):
     ["--client-id", "rdkafka"], ["--stream", "3"], ["--topic", "nope"], ["--api", "Fetch"], ["--api", "Produce"],
 ])
 def test_filters_apply_alike(filters):
-    for view in ([], ["--json"], ["-V"]):
+    for view in ([], ["--json"], ["-V"], ["--hex"]):
         assert run(*view, *filters, "-j", "2", *ALL_CAPTURES) == run(*view, *filters, "-j", "1", *ALL_CAPTURES)
 
 
@@ -324,7 +324,7 @@ def test_a_big_tree_goes_to_the_parent_in_parts(big_trees):
 
 def test_trees_and_stats_beside_json_stay_in_one_process():
     # They need every event object in one place; --jobs is accepted and does not change them.
-    for view in (["--stats", "--json"], ["--stats", "-V"], ["--hex", "--api", "ApiVersions"]):
+    for view in (["--stats", "--json"], ["--stats", "-V"], ["--stats", "--hex", "--api", "ApiVersions"]):
         assert run(*view, "-j", "2", CONFLUENT) == run(*view, "-j", "1", CONFLUENT)
 
 

@@ -121,7 +121,7 @@ cdef class Output:
     cdef long long _shown_apart
     # The options, as the per-event paths test them
     cdef bint _line_view, _json_view, _prints_events, _show_secrets, _filters, _by_topic
-    cdef bint _plain_tree  # -V into a file or pipe: workers can render it
+    cdef bint _plain_tree  # -V or --hex into a file or pipe: workers can render it
     cdef object _part_topics  # delivering a tree in parts: the message's topics, or None when it is not shown
     cdef object _dumps  # --json: orjson.dumps, and the topics list a worker's line holds for the parent to fill
     cdef bytes _placeholder_json
@@ -162,6 +162,8 @@ cdef class Output:
 
                 self.tree = TreeView(out, hex_=options.hex, show_secrets=options.show_secrets,
                                      full=options.full_values, topic_names=self.topic_names.by_id)
+                # --hex into a file or pipe is plain text too, made a message at a time: workers can render it
+                self._plain_tree = self.tree.console is None
             else:  # plain text, without rich
                 from kafkasniff.render.plaintree import PlainTree
 
@@ -261,7 +263,7 @@ cdef class Output:
 
     @property
     def renders_apart(self) -> bool:
-        """Whether this view can be rendered by workers: one line, JSON, -V into a file or pipe, and --stats alone
+        """Whether this view can be rendered by workers: one line, JSON, -V and --hex into a file or pipe, --stats alone
         (the workers read what it counts: render, deliver), not --stats beside the messages' JSON or tree."""
         return self.options.view == "line" or (not self.options.stats and (self.options.view == "json" or
                                                                            self._plain_tree))

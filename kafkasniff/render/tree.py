@@ -24,7 +24,7 @@ from kafkasniff.render.bytemap import Row, rows
 from kafkasniff.render.explain import message_rows
 from kafkasniff.render.jsonview import MASK, token_reader
 from kafkasniff.render.oneline import message_line, notice_line, sasl_line
-from kafkasniff.render.plaintree import after_body
+from kafkasniff.render.plaintree import after_body, name_marks
 from kafkasniff.render.tables import table_lines, write_table
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
@@ -154,10 +154,26 @@ class TreeView:
                 parts.append(_styled(text[:-1], spans))
         return parts + self._after_body(m)
 
-    def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None) -> None:
+    # -- --hex into a file or pipe on parallel workers (Output.render), as render/plaintree.py's PlainTree does -V --
+
+    def write_message(self, ev: MessageEvent, topics, topic_names, write) -> None:
+        """The message's byte table, handed to write(bytes) a line at a time; `topics` as Output gives it (in a
+        worker, TOPICS_SLOT, for the parent to fill: name_marks). No topic id in the table is named, so
+        `topic_names` is not needed."""
+        self._write_hex_message(ev, topics, _Utf8(write))
+
+    def event_text(self, ev) -> str:
+        """What is not a message, as show() writes it."""
+        return self.render(ev).plain + "\n"
+
+    def name_marks(self, text: bytes, topics: dict) -> bytes:
+        """A worker's text of a message with its headline's topics filled in."""
+        return name_marks(text, topics, self.topic_names)
+
+    def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None, out=None) -> None:
         """The message's byte table as plain text, a line at a time."""
         m = ev.message
-        out = self._out or sys.stdout
+        out = out or self._out or sys.stdout
         out.write(message_line(ev, topics) + "\n")
         for line in self._tls_origin(ev):
             out.write(line.plain + "\n")
@@ -227,6 +243,18 @@ class TreeView:
         shown = r.length if self.full else min(r.length, HEX_SHOWN)
         text = " ".join([_SECRET_BYTE] * shown) if masked else frame.bytes_at(r.offset, shown).hex(" ")
         return text + (" …" if shown < r.length else "")
+
+
+class _Utf8:
+    """A text file's write over a function taking UTF-8 bytes."""
+
+    __slots__ = ("write_bytes",)
+
+    def __init__(self, write_bytes):
+        self.write_bytes = write_bytes
+
+    def write(self, text: str) -> None:
+        self.write_bytes(text.encode())
 
 
 class _Frame:
