@@ -13,14 +13,28 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import NamedTuple
 
+from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.messages import (Message, all_versions, decode_request, decode_response,
                                           decode_response_for_request, response_schemas, screen_responses,
                                           with_fields)
 from kafkasniff.protocol.schema import api_name
 
 
+def declared_size(data: bytes) -> int | None:
+    """The size the first 4 bytes declare, were they a size prefix; None when they cannot be one."""
+    if len(data) < 4:
+        return None
+    size = struct.unpack_from(">i", data)[0]
+    return size if size >= 0 else None
+
+
 def has_size_prefix(data: bytes) -> bool:
-    return len(data) >= 4 and struct.unpack_from(">i", data)[0] == len(data) - 4
+    return declared_size(data) == len(data) - 4
+
+
+def with_article(name: str) -> str:
+    """`name` after "a" or "an": every Kafka API name, and "API 99", sounds as it is spelled at its start."""
+    return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
 
 
 # Records made as Fields for an explanation; past it they are counted (see messages.field_trees).
@@ -101,6 +115,7 @@ class Identification:
     assumed: str | None = None          # why this reading was chosen, when it was a guess
     alternatives: list[tuple[str, int]] = field(default_factory=list)  # other response schemas that fit
     suggestion: str | None = None       # when the schema asked for does not fit: the readings that do
+    following: str | None = None        # the whole frames that the bytes after the frame begin with
 
 
 def identify(data: bytes, kind: str | None = None, api_key: int | None = None,
@@ -111,18 +126,129 @@ def identify(data: bytes, kind: str | None = None, api_key: int | None = None,
     return found
 
 
-def _as_asked(data: bytes, start: int, prefixed: bool, kind: str | None, api_key: int,
+def _identified(data: bytes, kind: str | None, api_key: int | None, api_version: int | None) -> Identification:
+    """The frame after a size prefix that agrees with the dump's length, as ever. Otherwise the first 4 bytes
+    may still be the prefix of a frame that the dump cuts short, or that more bytes follow: that reading is
+    weighed when its header names an API and version Kafka defines (or the ones asked for)."""
+    if has_size_prefix(data):
+        return _read(data, 4, len(data), kind, api_key, api_version)
+    unprefixed = _read(data, 0, len(data), kind, api_key, api_version)
+    size = declared_size(data)
+    if size is None:
+        return unprefixed
+    prefixed = _read(data, 4, min(4 + size, len(data)), kind, api_key, api_version)
+    if prefixed.message.body_offset is None:  # the dump holds no header of an API and version Kafka defines there
+        return unprefixed
+    inferred = prefixed.message.kind == "response" and api_key is None  # fits its frame exactly by construction
+    if not inferred and _agrees_with_its_size(prefixed.message, data, size):
+        # as good as a frame whose prefix agrees with the dump: it wins over a guess and over a reading without a
+        # prefix that goes wrong, but not over one decided to the last byte without a guess (as ever)
+        taken = not (unprefixed.message.complete and unprefixed.assumed is None)
+    else:
+        taken = _valid_to(prefixed.message) > _valid_to(unprefixed.message)
+    return _with_bytes_after_frame(prefixed, data) if taken else unprefixed
+
+
+def _valid_to(msg: Message) -> int:
+    """The offset up to which the reading explains the bytes without fault."""
+    if msg.malformed is not None:
+        return msg.malformed.offset
+    return msg.trailing.offset if msg.trailing is not None else msg.end
+
+
+# Zeros stand in for the bytes a dump cut short lacks, up to this many, to see whether its frame breaks only where
+# the dump stops: enough for the fields of most frames, without making the 2 GB a size prefix may declare.
+PADDING_AT_MOST = 1 << 20
+
+
+def _agrees_with_its_size(msg: Message, data: bytes, size: int) -> bool:
+    """Does the frame after the size prefix, as read in `msg`, end where its size says? When the dump stops inside
+    it: read again with zeros standing in for the bytes it lacks, does it break only where the dump stops?"""
+    if msg.end == 4 + size:
+        return msg.complete
+    padded = data + bytes(min(4 + size - len(data), PADDING_AT_MOST))
+    return _valid_to(_decoded_like(msg, padded, 4, 4 + size)) >= len(data)
+
+
+def _decoded_like(like: Message, buf: bytes, start: int, end: int) -> Message:
+    """buf[start:end] decoded as `like` was: a request by its own header, a response with `like`'s schema."""
+    if like.kind == "request":
+        return decode_request(buf, start, end, skim=True)
+    return decode_response(buf, like.api_key, like.api_version, start, end, skim=True)
+
+
+def _with_bytes_after_frame(found: Identification, data: bytes) -> Identification:
+    """The bytes after the frame the size prefix declares are trailing bytes of a complete message, and said
+    to be frames of their own where they begin with some (each is explained on its own)."""
+    msg = found.message
+    if msg.end == len(data) or msg.malformed is not None:  # a malformed message leaves them undecoded
+        return found
+    start = msg.trailing.offset if msg.trailing is not None else msg.end
+    msg.trailing = Field("_trailing", "bytes", start, len(data) - start, bytes(data[start:]), None,
+                         f"{len(data) - start} bytes after the end of the body")
+    frames = _whole_frames(data, msg.end, msg)
+    if frames:
+        them = "it on its own" if len(frames) == 1 else "them one at a time"
+        ending = "" if frames[-1][1] == len(data) else f", then {len(data) - frames[-1][1]} bytes"
+        found.following = (f"the bytes after the frame begin with {len(frames)} more size-prefixed "
+                           f"frame{'s' if len(frames) > 1 else ''} ({', '.join(name for name, _ in frames)}"
+                           f"{ending}); explain {them}")
+    return found
+
+
+def _whole_frames(data: bytes, at: int, like: Message) -> list[tuple[str, int]]:
+    """The complete size-prefixed frames from `at` on, read as `like` was (a request by its header, a response
+    by the schema `like` has), each as its name and where it ends."""
+    frames = []
+    while (size := declared_size(data[at:at + 4])) is not None and at + 4 + size <= len(data):
+        msg = _decoded_like(like, data, at + 4, at + 4 + size)
+        if not msg.complete:
+            break
+        frames.append((f"{msg.api_name} v{msg.api_version} {msg.kind}", at + 4 + size))
+        at += 4 + size
+    return frames
+
+
+def _read(data: bytes, start: int, end: int, kind: str | None, api_key: int | None,
+          api_version: int | None) -> Identification:
+    """The most plausible reading of the frame in data[start:end] (after a size prefix when start is 4)."""
+    prefixed = start == 4
+    cut = prefixed and end - 4 < declared_size(data)  # the dump stops inside the frame
+    if kind != "request" and api_key is not None and api_version is not None:
+        return _as_asked(data, start, end, prefixed, cut, kind, api_key, api_version)
+    if kind != "response":
+        msg = decode_request(data, start, end, skim=True)
+        if kind == "request" or msg.complete:
+            return Identification(msg, prefixed)
+    if cut:  # no schema can consume a frame cut short exactly: any that did would be a coincidence
+        why = (f"the dump holds {end - 4} of the {declared_size(data)} bytes its size prefix declares: shown as a "
+               f"request (a response cut short is not inferred: give --api-key/--api-version)")
+        return Identification(decode_request(data, start, end, skim=True), prefixed, why)
+    best, screened = infer_response(data, start, end)
+    fits = screened.fits
+    if best is not None:
+        others = [(key, version) for key, version in fits if (key, version) != (best.api_key, best.api_version)]
+        assumed = f"assumed {with_article(best.api_name)} v{best.api_version} response"
+        why = (f"{assumed}: it is the most plausible of {len(fits)} response schemas that consume the bytes exactly"
+               if others else f"{assumed}: the only schema that consumes the bytes exactly")
+        return Identification(best, prefixed, why, [(api_name(key), version) for key, version in others])
+    nothing = ("no request or response schema consumes these bytes exactly" if not screened.untried else
+               f"no request schema consumes these bytes exactly, and {screened.nothing_fits()}")
+    return Identification(decode_request(data, start, end, skim=True), prefixed, f"{nothing}; shown as a request")
+
+
+def _as_asked(data: bytes, start: int, end: int, prefixed: bool, cut: bool, kind: str | None, api_key: int,
               api_version: int) -> Identification:
     """The bytes read with the schema asked for (a request only if its header says that very API and
-    version); where that schema does not fit, the readings that do are suggested."""
-    request = decode_request(data, start, None, skim=True)
+    version); where that schema does not fit a whole frame, the readings that do are suggested."""
+    request = decode_request(data, start, end, skim=True)
     request_fits = request.malformed is None
     if kind is None and request_fits and (request.api_key, request.api_version) == (api_key, api_version):
         return Identification(request, prefixed)
-    msg = decode_response_for_request(data, api_key, api_version, start, None, skim=True)
-    if msg.complete:
+    msg = decode_response_for_request(data, api_key, api_version, start, end, skim=True)
+    if msg.complete or cut:  # where a cut frame stops is what there is to say
         return Identification(msg, prefixed)
-    fits = [f"{api_name(key)} v{version} response" for key, version in response_fits(data, start, None).fits]
+    fits = [f"{api_name(key)} v{version} response" for key, version in response_fits(data, start, end).fits]
     how = "--api-key/--api-version"
     if request_fits and kind is None:
         fits.insert(0, f"{request.api_name} v{request.api_version} request")
@@ -130,29 +256,7 @@ def _as_asked(data: bytes, start: int, prefixed: bool, kind: str | None, api_key
     suggestion = None
     if fits:
         shown = ", ".join(fits[:12]) + (f" and {len(fits) - 12} more" if len(fits) > 12 else "")
-        suggestion = (f"a {msg.api_name or f'API {api_key}'} v{api_version} response does not fit these bytes "
-                      f"exactly; these do: {shown} (pick one with {how})")
+        asked = with_article(msg.api_name or f"API {api_key}")
+        suggestion = (f"{asked} v{api_version} response does not fit these bytes exactly; these do: {shown} "
+                      f"(pick one with {how})")
     return Identification(msg, prefixed, suggestion=suggestion)
-
-
-def _identified(data: bytes, kind: str | None, api_key: int | None, api_version: int | None) -> Identification:
-    prefixed = has_size_prefix(data)
-    start = 4 if prefixed else 0
-    if kind != "request" and api_key is not None and api_version is not None:
-        return _as_asked(data, start, prefixed, kind, api_key, api_version)
-    if kind != "response":
-        msg = decode_request(data, start, None, skim=True)
-        if kind == "request" or msg.complete:
-            return Identification(msg, prefixed)
-    best, screened = infer_response(data, start, None)
-    fits = screened.fits
-    if best is not None:
-        others = [(key, version) for key, version in fits if (key, version) != (best.api_key, best.api_version)]
-        why = (f"assumed a {best.api_name} v{best.api_version} response: it is the most plausible of "
-               f"{len(fits)} response schemas that consume the bytes exactly" if others else
-               f"assumed a {best.api_name} v{best.api_version} response: the only schema that consumes the "
-               f"bytes exactly")
-        return Identification(best, prefixed, why, [(api_name(key), version) for key, version in others])
-    nothing = ("no request or response schema consumes these bytes exactly" if not screened.untried else
-               f"no request schema consumes these bytes exactly, and {screened.nothing_fits()}")
-    return Identification(decode_request(data, start, None, skim=True), prefixed, f"{nothing}; shown as a request")

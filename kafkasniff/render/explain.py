@@ -14,7 +14,7 @@ from typing import Callable, Iterator, TextIO
 from rich.console import Console
 
 from kafkasniff.protocol.fields import Field
-from kafkasniff.protocol.identify import Identification
+from kafkasniff.protocol.identify import Identification, declared_size
 from kafkasniff.render.bytemap import Row, rows, uncovered
 from kafkasniff.render.tables import column_widths, table_lines, write_table
 from kafkasniff.render.values import PIECE, Pieces, json_value_in_pieces, show_value, show_value_in_pieces
@@ -28,7 +28,7 @@ def message_rows(ident: Identification, data: bytes, limit: int | None,
     covered_to = 0
     if ident.has_size_prefix:
         covered_to = 4
-        yield Row(0, 4, "size", "int32", str(len(data) - 4))
+        yield Row(0, 4, "size", "int32", str(declared_size(data)))
     for f in ident.message.fields():
         for r in rows(f, "", limit, show):
             covered_to = max(covered_to, r.offset + r.length)
@@ -52,8 +52,12 @@ def headline(ident: Identification, data: bytes) -> str:
         parts.append(f"correlation id {m.correlation_id}")
     if m.kind == "request" and m.header_version:
         parts.append(f"client id {m.client_id!r}")
-    prefix = " + 4-byte size prefix" if ident.has_size_prefix else ""
-    parts.append(f"{m.size} bytes{prefix}")
+    if not ident.has_size_prefix:
+        parts.append(f"{m.size} bytes")
+    elif declared_size(data) == m.size:
+        parts.append(f"{m.size} bytes + 4-byte size prefix")
+    else:  # the dump stops inside the frame
+        parts.append(f"{m.size} of {declared_size(data)} bytes + 4-byte size prefix")
     return " · ".join(parts)
 
 
@@ -86,8 +90,11 @@ def print_explanation(console: Console, ident: Identification, data: bytes, limi
     if m.malformed:
         console.print(f"[bold red]MALFORMED at offset {m.malformed.offset}: {m.malformed.reason}[/bold red]")
     if m.trailing:
-        console.print(f"[yellow]{m.trailing.length} trailing bytes after the body at offset "
+        plural = "s" if m.trailing.length > 1 else ""
+        console.print(f"[yellow]{m.trailing.length} trailing byte{plural} after the body at offset "
                       f"{m.trailing.offset}[/yellow]")
+    if ident.following:
+        console.print(f"[yellow]{ident.following}[/yellow]")
 
 
 def field_json(f: Field) -> dict:
@@ -116,6 +123,7 @@ def write_explanation_json(out: TextIO, ident: Identification, data: bytes) -> N
         "assumed": ident.assumed,
         "alternatives": [{"api_name": n, "api_version": v} for n, v in ident.alternatives],
         "suggestion": ident.suggestion,
+        "following": ident.following,
         "malformed": m.malformed.to_json() if m.malformed else None,
         "trailing_bytes": m.trailing.length if m.trailing else 0,
         "unexplained": uncovered(spans, 0, len(data)),
