@@ -24,8 +24,10 @@ import pcapkit
 from capture_manifest import CAPTURES_DIR, load_capture
 from kafkasniff.cli import main
 from kafkasniff.protocol.encoder import encode_request, encode_response
+from kafkasniff.protocol.identify import response_fits
 from kafkasniff.protocol.messages import decode_request
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
+from kafkasniff.protocol.schema import api_name as api_name_of
 from loopback import connection_frames
 from pcapkit import Packet, TcpConversation, payload_len, read_packets, tcp_of, write_pcap
 
@@ -343,6 +345,68 @@ def test_lost_request_segment_leaves_later_requests_paired(tmp_path):
     assert messages == before[:i] + [inferred] + before[i + 2:]
     (gap,) = [e for e in after if e["kind"] == "notice"]
     assert (gap["text"], gap["stream_offset"], gap["size"]) == (MISSING, before[i - 2]["size"] + 4, listing["size"] + 4)
+
+
+def response_bytes(pks: list[Packet], client: str, response: dict) -> bytes:
+    """A response's frame after its size, from the one segment that carries it."""
+    data = tcp_of(pks[response_packet(pks, port_of(client), response["correlation_id"])].frame).data
+    return data[4:4 + response["size"]]
+
+
+def without_request(tmp_path: Path, name: str, request: dict) -> tuple[list[dict], dict, bytes]:
+    """The capture decoded without the one segment carrying `request`, the original response to it, and that
+    response's bytes."""
+    pks = packets(name)
+    lost = request_packet(pks, port_of(request["src"]), request["correlation_id"])
+    assert payload_len(pks[lost]) == request["size"] + 4
+    response = message(original(name), "response", request["api_name"], request["correlation_id"],
+                       request["stream"])
+    got = decode(write_pcap(tmp_path / "lost.pcap", pks[:lost] + pks[lost + 1:]))
+    return got, response, response_bytes(pks, request["src"], response)
+
+
+@pytest.mark.parametrize("name, stream, correlation_id, api_name, api_version, lowest_fit", [
+    ("consumer_group", 4, 7, "Heartbeat", 4, ("Produce", 1)),
+    ("rebalance_aiokafka", 7, 3, "JoinGroup", 5, ("JoinGroup", 2)),
+    ("transactions", 11, 4, "AddPartitionsToTxn", 3, ("OffsetCommit", 8)),
+])
+def test_response_whose_lost_request_the_client_sent_before_is_read_at_that_version(
+        tmp_path, name, stream, correlation_id, api_name, api_version, lowest_fit):
+    """A request lost whose API and version the client sent earlier on its connection (answered, so no longer at
+    hand): its response is read as that API and version, inferred, body identical, though lower schemas fit its
+    bytes too (one of them was shown before). Nothing else changes."""
+    events = original(name)
+    lost = message(events, "request", api_name, correlation_id, stream)
+    assert lost["api_version"] == api_version
+    assert any(e["kind"] == "request" and (e["api_name"], e["api_version"]) == (api_name, api_version)
+               for e in of_stream(events, stream)[:of_stream(events, stream).index(lost)])
+    got, response, payload = without_request(tmp_path, name, lost)
+    fits = [(api_name_of(key), version) for key, version in response_fits(payload).fits]
+    assert fits[0] == lowest_fit and (api_name, api_version) in fits
+
+    assert other_streams(got, stream) == other_streams(events, stream)
+    inferred = dict(response, inferred=True, latency_ms=None, client_id=None)
+    before = [e for e in of_stream(events, stream) if e != lost]
+    assert [e for e in of_stream(got, stream) if e["kind"] != "notice"] == \
+        [inferred if e == response else e for e in before if e["kind"] != "notice"]
+    (gap,) = [e for e in of_stream(got, stream) if e["kind"] == "notice"]
+    offset = sum(e["size"] + 4 for e in before if e["kind"] == "request" and e["ts"] < lost["ts"])
+    assert (gap["notice"], gap["stream_offset"], gap["size"]) == ("missing", offset, lost["size"] + 4)
+
+
+def test_response_whose_lost_request_the_client_never_sent_before_is_read_as_the_lowest_fit(tmp_path):
+    """kafka-python sends InitProducerId v4 once on its connection: lost, nothing the connection says names it,
+    and its 22 bytes are read as the lowest schema that fits them, FindCoordinator v1 (as before the client's
+    earlier requests counted)."""
+    events = original("kafka_python_codecs")
+    init = next(e for e in events if e["kind"] == "request" and e["api_name"] == "InitProducerId")
+    requests = [e["api_name"] for e in of_stream(events, init["stream"]) if e["kind"] == "request"]
+    assert requests.count("InitProducerId") == 1
+    got, response, payload = without_request(tmp_path, "kafka_python_codecs", init)
+    (shown,) = [e for e in of_stream(got, init["stream"]) if e["kind"] == "response"
+                and e["correlation_id"] == init["correlation_id"]]
+    assert response_fits(payload).fits[0] == (shown["api_key"], shown["api_version"]) == (10, 1)
+    assert (shown["api_name"], shown["inferred"], shown["size"]) == ("FindCoordinator", True, response["size"])
 
 
 def test_retransmitted_segments_change_nothing(tmp_path):

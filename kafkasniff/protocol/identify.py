@@ -3,7 +3,8 @@
 Used by `explain` on a hex dump and by pairing for responses whose request was
 not captured. A candidate counts only if its schema consumes the bytes exactly;
 among several, the least suspicious wins (fewest unknown error codes, illegal
-nulls and unknown tags), then the lowest API key and version.
+nulls and unknown tags), then the one the connection's requests make likeliest
+(_screening_order), then the lowest API key and version.
 """
 
 from __future__ import annotations
@@ -60,28 +61,39 @@ class Screened(NamedTuple):
                 f"bytes ({self.untried} not tried: the work per frame is bounded by its size)")
 
 
-def response_fits(buf, pos: int = 0, end: int | None = None,
-                  usual: frozenset[tuple[int, int]] = frozenset()) -> Screened:
+def response_fits(buf, pos: int = 0, end: int | None = None, at_hand: frozenset[tuple[int, int]] = frozenset(),
+                  sent: frozenset[tuple[int, int]] = frozenset()) -> Screened:
     """The response schemas that consume the bytes exactly, most plausible first: least suspicious; among
-    equals, the APIs and versions in `usual` (what the client is seen to send), then the lowest API key and
-    version. Schemas are screened in that order of preference (usual ones first) until the frame's steps are
-    spent; those left are counted as untried."""
+    equals, the first in _screening_order's ranking by what the connection says: `at_hand`, the (API key,
+    version)s of the requests awaiting an answer, and `sent`, those the client was seen sending on it. Schemas
+    are screened in that order until the frame's steps are spent; those left are counted as untried."""
     end = len(buf) if end is None else min(end, len(buf))
-    candidates, schemas = _screening_order(frozenset(kv for kv in usual if kv[0] in _response_keys()))
+    candidates, schemas = _screening_order(_with_responses(at_hand), _with_responses(sent))
     fits, tried = screen_responses(schemas, buf, pos, end, SCREEN_STEPS_PER_BYTE * (end - pos) + SCREEN_STEPS_SPARE)
     # candidates are in order of preference: among equally suspicious fits, the first screened wins
     fits.sort(key=lambda fit: (fit[1], fit[0]))
     return Screened([candidates[index] for index, _ in fits], len(candidates) - tried)
 
 
+def _with_responses(requests: frozenset[tuple[int, int]]) -> frozenset[tuple[int, int]]:
+    """The requests of APIs that have responses: the others rank nothing, and would only make more cache keys."""
+    keys = _response_keys()
+    return frozenset(kv for kv in requests if kv[0] in keys)
+
+
 @lru_cache(maxsize=256)
-def _screening_order(usual: frozenset[tuple[int, int]]) -> tuple[tuple[tuple[int, int], ...], list]:
-    """Every response (API key, version) in order of preference given the usual requests, and their schemas."""
-    everything = all_versions_list("response")
-    usual_keys = {key for key, _ in usual}
-    candidates = (tuple(kv for kv in everything if kv in usual) +
-                  tuple(kv for kv in everything if kv[0] in usual_keys and kv not in usual) +
-                  tuple(kv for kv in everything if kv[0] not in usual_keys))
+def _screening_order(at_hand: frozenset[tuple[int, int]],
+                     sent: frozenset[tuple[int, int]]) -> tuple[tuple[tuple[int, int], ...], list]:
+    """Every response (API key, version) in order of preference, and their schemas. Tiers: the versions of the
+    requests at hand; those the client sent before on the connection (a lost request is most likely of a kind
+    it sends, whether or not one is waiting); other versions of those APIs; the rest. Within a tier, the lowest
+    API key and version first (some layouts are shared by several versions)."""
+    asked_keys = {key for key, _ in at_hand | sent}
+
+    def tier(kv: tuple[int, int]) -> int:
+        return 0 if kv in at_hand else 1 if kv in sent else 2 if kv[0] in asked_keys else 3
+
+    candidates = tuple(sorted(all_versions_list("response"), key=tier))  # a stable sort: lowest first in a tier
     return candidates, response_schemas(candidates)
 
 
@@ -90,12 +102,13 @@ def _response_keys() -> frozenset[int]:
     return frozenset(key for key, _ in all_versions_list("response"))
 
 
-def infer_response(buf, pos: int = 0, end: int | None = None, usual: frozenset[tuple[int, int]] = frozenset(),
+def infer_response(buf, pos: int = 0, end: int | None = None, at_hand: frozenset[tuple[int, int]] = frozenset(),
+                   sent: frozenset[tuple[int, int]] = frozenset(),
                    screened: Screened | None = None) -> tuple[Message | None, Screened]:
     """The most plausible response reading of the bytes (a summary; None when no schema fits), from
     response_fits (`screened`: its answer, when known), and that answer."""
     if screened is None:
-        screened = response_fits(buf, pos, end, usual)
+        screened = response_fits(buf, pos, end, at_hand, sent)
     for key, version in screened.fits:
         msg = decode_response(buf, key, version, pos, end, skim=True)
         if msg.complete:  # the screen agrees with the summary; this only guards against a disagreement

@@ -55,6 +55,9 @@ cdef class Session:
     cdef long long given_up  # requests given up waiting (see MAX_PENDING), not yet reported
     # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
     cdef public dict unanswered
+    # Distinct (API key, version)s of the requests sent on the connection (see MAX_REQUEST_KINDS): a frozenset,
+    # replaced when one is added.
+    cdef frozenset requests_sent
     # Responses whose request has not been seen (yet): a request stuck behind a hole in the
     # client's stream is delivered after its response. Kafka clients number requests in
     # increasing order, so a later request proves an older orphan's request is not coming.
@@ -86,6 +89,8 @@ cdef class Session:
     cdef void _give_up(self, MessageEvent request)
     cdef void _report_given_up(self, double ts)
     cdef void _expect_no_response(self, correlation_id, MessageEvent event)
+    cdef void _remember_sent(self, Message msg)
+    cdef tuple _infer(self, bytes payload)
     cdef void _release_orphans(self, below)
     cdef void _raw_sasl(self, bint on)
     cdef void _response(self, frame, bint orphan)

@@ -49,6 +49,11 @@ MAX_PENDING = 16_384
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 PENDING_SECONDS = 900.0
 INFERENCE_BUDGET = 64  # see ResponseFrames
+# Distinct (API key, version)s of requests remembered per connection (Session.requests_sent), to infer a response
+# whose request was lost: a client sends a few dozen kinds at most (one version per API once it has negotiated), so
+# the first 64 hold them all, while bytes naming every kind Kafka defines cannot grow the set, part of the ranking's
+# cache key, past 64.
+MAX_REQUEST_KINDS = 64
 _I32 = struct.Struct(">i")
 
 
@@ -206,7 +211,7 @@ cdef class ResponseFrames(Plausibility):
         if request is None:
             if not self.inference_budget:
                 return False
-            reading, screened = inferred = infer_response(payload, usual=self.session.usual_requests())
+            reading, screened = inferred = self.session._infer(payload)
             if reading is None:
                 self.inference_budget -= 1
             self.session.just_inferred = (payload, inferred)  # the frame is decoded next: its reading is known
@@ -245,6 +250,7 @@ cdef class Session:
         self.pending_bytes = 0
         self.given_up = 0
         self.unanswered = {}
+        self.requests_sent = frozenset()
         self.orphans = {}
         self.sasl_raw = False
         self.sasl_mechanism = None
@@ -469,6 +475,7 @@ cdef class Session:
         cdef MessageEvent event = _message_event(self.conn, CLIENT_TO_SERVER, <tuple>frame, msg)
         correlation_id = msg.correlation_id
         if msg.api_key is not None:
+            self._remember_sent(msg)
             event.expects_response = expects_response(msg.api_key, msg.api_version, msg.acks)
             if correlation_id is not None:
                 if event.expects_response:
@@ -526,11 +533,24 @@ cdef class Session:
         if len(self.unanswered) > MAX_ORPHANS:
             del self.unanswered[next(iter(self.unanswered))]
 
-    def usual_requests(self) -> frozenset[tuple[int, int]]:
+    cdef void _remember_sent(self, Message msg):
+        """Remember the request's API and version among those sent on the connection (the first
+        MAX_REQUEST_KINDS that Kafka defines): each stays likely for a response whose request was lost."""
+        kind = (msg.api_key, msg.api_version)
+        if kind not in self.requests_sent and len(self.requests_sent) < MAX_REQUEST_KINDS and \
+                message_variant(msg.api_key, "request", msg.api_version) is not None:
+            # A new frozenset (part of the ranking's cache key) only for a kind not seen yet: a few times a connection.
+            self.requests_sent = self.requests_sent | {kind}
+
+    def requests_at_hand(self) -> frozenset[tuple[int, int]]:
         """(API key, version) of the latest requests at hand (MAX_ORPHANS of each kind, so that the work stays
         small with many waiting): what a response whose request is missing likely answers."""
         return frozenset((e.message.api_key, e.message.api_version) for requests in (self.pending, self.unanswered)
                          for e in islice(reversed(requests.values()), MAX_ORPHANS))
+
+    cdef tuple _infer(self, bytes payload):
+        """infer_response on a response whose request is not at hand, given what the connection's requests say."""
+        return infer_response(payload, at_hand=self.requests_at_hand(), sent=self.requests_sent)
 
     cdef void _release_orphans(self, below):
         """Decode held responses whose request will not come (all of them when below is None)."""
@@ -578,8 +598,7 @@ cdef class Session:
                 self._raw_sasl(not msg.errors)  # its ErrorCode is 0
         else:
             known, self.just_inferred = self.just_inferred, None
-            reading, screened = known[1] if known is not None and known[0] == payload else \
-                infer_response(payload, usual=self.usual_requests())
+            reading, screened = known[1] if known is not None and known[0] == payload else self._infer(payload)
             if reading is not None:
                 msg = reading
             else:
