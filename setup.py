@@ -27,7 +27,7 @@ setup(
     ext_modules=[
         Extension("kafkasniff.capture._headers", ["kafkasniff/capture/_headers.c"]),
         Extension("kafkasniff.protocol._walk", sorted(str(p) for p in Path("kafkasniff/protocol/_walk").glob("*.c")),
-                  depends=["kafkasniff/protocol/_walk/walk.h"]),
+                  depends=["kafkasniff/protocol/_walk/walk.h", "kafkasniff/protocol/_walk/field.h"]),
         # The stream layer: every packet and every frame of a capture passes through it.
         *cythonize(sorted(str(p) for p in Path("kafkasniff").glob("*/*.pyx")), language_level=3, quiet=True),
     ],

@@ -15,27 +15,17 @@ from rich.console import Console
 
 from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.identify import Identification, declared_size
-from kafkasniff.render.bytemap import Row, rows, uncovered
+from kafkasniff.render.bytemap import HEX_SHOWN, Row, byte_rows, uncovered
 from kafkasniff.render.tables import column_widths, table_lines, write_table
 from kafkasniff.render.values import PIECE, Pieces, json_value_in_pieces, show_value, show_value_in_pieces
-
-HEX_SHOWN = 8
 
 
 def message_rows(ident: Identification, data: bytes, limit: int | None,
                  show: Callable[[Field, int | None], str | Pieces] = show_value) -> Iterator[Row]:
-    """The rows of every byte of the frame, in order; `show` gives a leaf's value."""
-    covered_to = 0
-    if ident.has_size_prefix:
-        covered_to = 4
-        yield Row(0, 4, "size", "int32", str(declared_size(data)))
-    for f in ident.message.fields():
-        for r in rows(f, "", limit, show):
-            covered_to = max(covered_to, r.offset + r.length)
-            yield r
-    if covered_to < len(data):
-        # Bytes after the point where decoding stopped (malformed frames).
-        yield Row(covered_to, len(data) - covered_to, "_undecoded", "bytes", "not decoded")
+    """The rows of every byte of the frame, in order (the bytes after where decoding stopped in one); `show`
+    gives a leaf's value."""
+    size_text = str(declared_size(data)) if ident.has_size_prefix else None
+    return byte_rows(list(ident.message.fields()), len(data), size_text, 0, limit, show)
 
 
 def hex_of(data: bytes, r: Row) -> str:

@@ -30,6 +30,16 @@ def after_body(m: Message, limit: int | None) -> list[tuple[str, str]]:
     return parts
 
 
+def bytes_writer(out: TextIO):
+    """A function writing UTF-8 bytes (or a view valid during the call) to a text file: to the file's binary
+    buffer once what the file holds is flushed, or decoded where it has none."""
+    binary = getattr(out, "buffer", None)
+    if binary is None:
+        return lambda data: out.write(str(data, "utf-8"))
+    out.flush()
+    return binary.write
+
+
 class PlainTree:
     """The tree view of events into a file or pipe (`out`, or whatever sys.stdout is at the time)."""
 
@@ -45,14 +55,7 @@ class PlainTree:
     def show(self, ev, topics: dict[str, list] | None = None) -> None:
         out = self._out or sys.stdout
         if type(ev) is MessageEvent:
-            binary = getattr(out, "buffer", None)
-            if binary is None:
-                def write(data) -> None:  # bytes, or a view of the walker's buffer valid during the call
-                    out.write(str(data, "utf-8"))
-            else:
-                out.flush()
-                write = binary.write
-            self.write_message(ev, topics, self.topic_names, write)
+            self.write_message(ev, topics, self.topic_names, bytes_writer(out))
         else:
             out.write(self.event_text(ev))
 

@@ -3,7 +3,7 @@ soon as it is decoded (into a file or pipe, `-V` alone is render/plaintree.py's)
 
 The tree shows header, body and records (batches, then each record's offset, timestamp, key, value
 and headers), error-code names, CRC verdicts and codecs. `--hex` lists every byte range of the frame
-with the same rows as `explain` (render/bytemap.py). Offsets count from the start of the frame's
+with the same rows as `explain` (render/bytemap.pyx). Offsets count from the start of the frame's
 4-byte size prefix. SASL secrets are masked, bytes included, unless `show_secrets`.
 """
 
@@ -17,37 +17,25 @@ from rich.console import Console
 from rich.text import Text
 
 from kafkasniff.protocol.fields import Field
-from kafkasniff.protocol.identify import Identification
 from kafkasniff.protocol.messages import Message, tree_text, with_fields
 from kafkasniff.protocol.sasl import SECRET, TOKEN
-from kafkasniff.render.bytemap import Row, rows
-from kafkasniff.render.explain import message_rows
+from kafkasniff.render.bytemap import HEX_SHOWN, SECRET_BYTE, TOKEN_VALUE, Row, byte_rows, write_byte_table
 from kafkasniff.render.jsonview import MASK, token_reader
 from kafkasniff.render.oneline import message_line, notice_line, sasl_line
-from kafkasniff.render.plaintree import after_body, name_marks
-from kafkasniff.render.tables import table_lines, write_table
+from kafkasniff.render.plaintree import after_body, bytes_writer, name_marks
+from kafkasniff.render.tables import table_lines
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 
-HEX_SHOWN = 8  # bytes per row shown unless --full
 # Records of one message made into Fields for this view; past it they are counted in one line (memory).
 RECORDS_SHOWN = 10_000
 _ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed", "RecordsNotShown"})
-_SECRET_BYTE = "••"
-
-
-def frame_rows(msg: Message, payload, limit: int | None) -> list[Row]:
-    """Byte-map rows of one frame: the size prefix, then header, body and anything after, at frame offsets."""
-    payload_rows = message_rows(Identification(msg, False), payload, limit)
-    return [Row(0, FRAME_PREFIX, "size", "int32", str(len(payload)))] + [
-        r._replace(offset=r.offset + FRAME_PREFIX) for r in payload_rows]
 
 
 def token_rows(ev: SaslTokenEvent, limit: int | None) -> list[Row]:
     """Byte-map rows of a raw SASL token frame."""
     token = Field("token", TOKEN if ev.fields else "bytes", 0, len(ev.token), ev.token, ev.fields)
-    return [Row(0, FRAME_PREFIX, "size", "int32", str(len(ev.token)))] + [
-        r._replace(offset=r.offset + FRAME_PREFIX) for r in rows(token, "", limit)]
+    return list(byte_rows([token], FRAME_PREFIX + len(ev.token), str(len(ev.token)), FRAME_PREFIX, limit))
 
 
 # walk.h's text styles, by number
@@ -119,8 +107,8 @@ class TreeView:
         self.limit = None if full else DEFAULT_MAX_VALUE
 
     def show(self, ev, topics: dict[str, list] | None = None) -> None:
-        if self.console is None and self.hex and type(ev) is MessageEvent:  # into a file or pipe: a line at a time
-            self._write_hex_message(ev, topics)
+        if self.console is None and self.hex and type(ev) is MessageEvent:  # into a file or pipe: as it is made
+            self._write_hex_message(ev, topics, bytes_writer(self._out or sys.stdout))
             return
         text = self.render(ev, topics)
         if self.console is None:
@@ -144,7 +132,9 @@ class TreeView:
         m, payload = ev.message, ev.payload
         headline = Text(message_line(ev, topics), style="bold")
         if self.hex:
-            header, cells = self._hex_cells(self._message_rows(m, payload), _Frame(payload), styled=True)
+            frame_rows = self._with_fields(m, payload, lambda fields: list(
+                byte_rows(fields, FRAME_PREFIX + len(payload), str(len(payload)), FRAME_PREFIX, self.limit)))
+            header, cells = self._hex_cells(frame_rows, _Frame(payload), styled=True)
             parts = [headline, *self._tls_origin(ev), *table_lines(header, cells)]
         else:
             text, spans = tree_text(m, payload, self.limit, self.show_secrets, True, token_reader(m, self.show_secrets),
@@ -157,10 +147,10 @@ class TreeView:
     # -- --hex into a file or pipe on parallel workers (Output.render), as render/plaintree.py's PlainTree does -V --
 
     def write_message(self, ev: MessageEvent, topics, topic_names, write) -> None:
-        """The message's byte table, handed to write(bytes) a line at a time; `topics` as Output gives it (in a
+        """The message's byte table, handed to write(bytes) in pieces; `topics` as Output gives it (in a
         worker, TOPICS_SLOT, for the parent to fill: name_marks). No topic id in the table is named, so
         `topic_names` is not needed."""
-        self._write_hex_message(ev, topics, _Utf8(write))
+        self._write_hex_message(ev, topics, write)
 
     def event_text(self, ev) -> str:
         """What is not a message, as show() writes it."""
@@ -170,25 +160,25 @@ class TreeView:
         """A worker's text of a message with its headline's topics filled in."""
         return name_marks(text, topics, self.topic_names)
 
-    def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None, out=None) -> None:
-        """The message's byte table as plain text, a line at a time."""
-        m = ev.message
-        out = out or self._out or sys.stdout
-        out.write(message_line(ev, topics) + "\n")
-        for line in self._tls_origin(ev):
-            out.write(line.plain + "\n")
-        header, cells = self._hex_cells(self._message_rows(m, ev.payload), _Frame(ev.payload), styled=False)
-        write_table(out, header, cells)
-        del cells
-        for line in self._after_body(m):
-            out.write(line.plain + "\n")
+    def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None, write) -> None:
+        """The message's byte table as plain text, handed to write(bytes) as it is made."""
+        m, payload = ev.message, ev.payload
+        write("".join([message_line(ev, topics) + "\n", *(line.plain + "\n" for line in self._tls_origin(ev))]).encode())
+        self._with_fields(m, payload, lambda fields: write_byte_table(
+            fields, FRAME_PREFIX + len(payload), str(len(payload)), FRAME_PREFIX,
+            len(payload).to_bytes(FRAME_PREFIX, "big"), payload, self.limit, self.full, self.show_secrets, write))
+        tail = "".join(line.plain + "\n" for line in self._after_body(m))
+        if tail:
+            write(tail.encode())
 
-    def _message_rows(self, m: Message, payload) -> list[Row]:
+    def _with_fields(self, m: Message, payload, use):
+        """use(the message's header, body and trailing Fields), the tree made for the call only: a pending
+        request must not keep it."""
         with_fields(m, payload, token_reader(m, self.show_secrets), RECORDS_SHOWN)
         try:
-            return frame_rows(m, payload, self.limit)
+            return use(list(m.fields()))
         finally:
-            m.header = m.body = None  # a pending request must not keep its tree
+            m.header = m.body = None
 
     @staticmethod
     def _tls_origin(ev: MessageEvent) -> list[Text]:
@@ -234,27 +224,15 @@ class TreeView:
         for r in all_rows:
             masked = r.type == SECRET and not self.show_secrets
             span = str(r.offset) if r.length <= 1 else f"{r.offset}-{r.offset + r.length - 1}"
-            value = MASK if masked else "length prefix or token syntax" if r.type == TOKEN else r.value
+            value = MASK if masked else TOKEN_VALUE if r.type == TOKEN else r.value
             cells.append((span, self._hex(frame, r, masked), r.path, r.type,
                           Text(value, style="magenta") if styled and r.type == SECRET else value))
         return header, cells
 
     def _hex(self, frame: _Frame, r: Row, masked: bool) -> str:
         shown = r.length if self.full else min(r.length, HEX_SHOWN)
-        text = " ".join([_SECRET_BYTE] * shown) if masked else frame.bytes_at(r.offset, shown).hex(" ")
+        text = " ".join([SECRET_BYTE] * shown) if masked else frame.bytes_at(r.offset, shown).hex(" ")
         return text + (" …" if shown < r.length else "")
-
-
-class _Utf8:
-    """A text file's write over a function taking UTF-8 bytes."""
-
-    __slots__ = ("write_bytes",)
-
-    def __init__(self, write_bytes):
-        self.write_bytes = write_bytes
-
-    def write(self, text: str) -> None:
-        self.write_bytes(text.encode())
 
 
 class _Frame:

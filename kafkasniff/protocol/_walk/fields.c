@@ -9,12 +9,7 @@
 
 #include <structmember.h>
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *name, *type;
-    Py_ssize_t offset, length;
-    PyObject *value, *children, *note, *role;
-} FieldObject;
+#include "field.h"
 
 static void field_dealloc(FieldObject *self) {
     Py_XDECREF(self->name);

@@ -1,4 +1,7 @@
-"""How decoded values look to people (text) and to programs (JSON)."""
+# cython: language_level=3
+"""How decoded values look to people (text) and to programs (JSON).
+
+Compiled (Cython, as it is): --hex and explain show a value per row, hundreds of thousands of them."""
 
 from __future__ import annotations
 
@@ -7,10 +10,18 @@ import codecs
 import time
 from typing import Iterable, Iterator
 
-from kafkasniff.protocol._walk import readable
+from cpython.object cimport PyObject
+
+from kafkasniff.render.fieldslots cimport FieldObject, slot
+
+from kafkasniff.protocol._walk import FieldBase, readable
 from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.messages import Message
+
+cdef extern from "Python.h":
+    bint PyObject_TypeCheck(object o, type t)
+
 
 DEFAULT_MAX_VALUE = 64
 FRAME_PREFIX = 4  # offsets shown to people count from the start of the frame's size prefix
@@ -63,15 +74,19 @@ def timestamp_text(ms: int | None) -> str:
 
 
 def show_value(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str:
-    v = f.value
-    if f.children is not None and f.type.startswith("[]"):
+    if not PyObject_TypeCheck(f, FieldBase):
+        raise TypeError(f"not a Field: {f!r}")
+    cdef FieldObject *field = <FieldObject *><PyObject *>f  # its slots, read without looking the names up
+    v = slot(field.value)
+    children, role, note = slot(field.children), slot(field.role), slot(field.note)
+    if children is not None and slot(field.type).startswith("[]"):
         # an array cut short by a malformed frame: what the wire said, and what could be read
-        decoded = len(f.children)
+        decoded = len(children)
         wire = v if type(v) is int else decoded  # schema arrays hold their wire count; record lists do not
         text = f"{decoded} items" if wire == decoded else f"{wire} on the wire, {decoded} decoded"
-    elif f.role == "checksum":
+    elif role == "checksum":
         text = f"0x{v:08x}"
-    elif f.role == "timestamp":
+    elif role == "timestamp":
         text = f"{v} ({timestamp_text(v)})"
     elif v is None:
         text = "null"
@@ -85,8 +100,8 @@ def show_value(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str:
         text = ""
     else:
         text = str(v)
-    if f.note:
-        text = f"{text} ({f.note})" if text else f.note
+    if note:
+        text = f"{text} ({note})" if text else note
     return text
 
 
