@@ -44,6 +44,11 @@ DETACHED_TYPES = frozenset({DECOMPRESSED_RECORDS, DECOMPRESSED_MESSAGES})
 _PREFIX_LABELS = {"tagged_fields": "tag count / tag header", "records": "length prefix"}
 TABLE_HEADER = ("offset", "bytes", "field", "type", "value")
 HEX_SHOWN = 8  # bytes of a row shown in the bytes column unless every byte is asked for
+# What the rows look up for every field, as C values and references (not as the module's globals, by name)
+cdef Py_ssize_t _HEX_SHOWN = HEX_SHOWN
+cdef frozenset _DETACHED = DETACHED_TYPES
+cdef str _SECRET = SECRET, _TOKEN = TOKEN, _BITS = "bits"
+cdef object _show_value = show_value
 SECRET_BYTE = "••"  # ... and each of its bytes
 TOKEN_VALUE = "length prefix or token syntax"
 _MORE = " …"  # after the bytes of a row that shows only its first ones
@@ -150,9 +155,10 @@ cdef class RowCursor:
         pushed and False."""
         self._set_path(parent_len, slot(f.name))
         children = slot(f.children)
-        if children is None or slot(f.type) in DETACHED_TYPES:
+        if children is None or slot(f.type) in _DETACHED:
             return self._row(LEAF, f.offset, f.length, f)
-        if children and children[0].type == "bits":
+        if children and PyObject_TypeCheck(children[0], FieldBase) and \
+                slot((<FieldObject *><PyObject *>children[0]).type) == _BITS:
             return self._row(FLAGS, f.offset, f.length, f)
         children = self._in_byte_order(children)
         if self.depth == self.capacity:
@@ -358,11 +364,11 @@ cdef class _Table:
         return self.shift + self.data.shape[0]
 
     cdef bint masked(self, RowCursor row):
-        return not self.show_secrets and row.kind != SIZE and row.kind != UNDECODED and slot(row.field.type) == SECRET
+        return not self.show_secrets and row.kind != SIZE and row.kind != UNDECODED and slot(row.field.type) == _SECRET
 
     cdef Py_ssize_t shown(self, RowCursor row):
         """Bytes of the row the bytes column shows."""
-        return row.length if self.full or row.length <= HEX_SHOWN else HEX_SHOWN
+        return row.length if self.full or row.length <= _HEX_SHOWN else _HEX_SHOWN
 
     cdef Py_ssize_t span_width(self, RowCursor row):
         if row.length <= 1:
@@ -448,10 +454,10 @@ def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, by
             _pad(&o, widths[3] - _text_width(type_text) + 2)
             if masked:
                 _put_text(&o, MASK)
-            elif type_text == TOKEN:
+            elif type_text == _TOKEN:
                 _put_text(&o, TOKEN_VALUE)
             else:
-                _put_text(&o, row.value(limit, show_value))
+                _put_text(&o, row.value(limit, _show_value))
             _put(&o, "\n", 1)
             if o.len >= 1 << 20:
                 write(PyBytes_FromStringAndSize(o.data, o.len))

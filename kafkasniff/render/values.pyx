@@ -88,6 +88,8 @@ def show_value(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str:
         text = f"0x{v:08x}"
     elif role == "timestamp":
         text = f"{v} ({timestamp_text(v)})"
+    elif type(v) is int:  # most values: tested first
+        text = str(v)
     elif v is None:
         text = "null"
     elif isinstance(v, (bytes, bytearray)):

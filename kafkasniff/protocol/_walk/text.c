@@ -222,9 +222,17 @@ static int put_timestamp(Writer *wr, i128 ms) {
     static Py_ssize_t last_len;
     if (ms < 0)
         return PUT(wr, "no timestamp", ST_NONE);
-    if (ms / 1000 > (i128)INT64_MAX / 2)
-        return put_i128(wr, ms);
-    int64_t second = (int64_t)(ms / 1000);
+    int64_t second;
+    int millis;
+    if (ms <= INT64_MAX) { /* every real time: 64-bit division (128-bit division is a library call) */
+        second = (int64_t)ms / 1000;
+        millis = (int)((int64_t)ms % 1000);
+    } else {
+        if (ms / 1000 > (i128)INT64_MAX / 2)
+            return put_i128(wr, ms);
+        second = (int64_t)(ms / 1000);
+        millis = (int)(ms % 1000);
+    }
     if (second != last_second) {
         time_t seconds = (time_t)second;
         struct tm tm;
@@ -237,7 +245,6 @@ static int put_timestamp(Writer *wr, i128 ms) {
         last_second = second;
         last_len = (Py_ssize_t)len;
     }
-    int millis = (int)(ms % 1000);
     char tail[6] = {'.', (char)('0' + millis / 100), (char)('0' + millis / 10 % 10), (char)('0' + millis % 10), 'Z'};
     if (put(wr, last_text, last_len, ST_NONE) < 0)
         return -1;
