@@ -14,6 +14,7 @@ from kafkasniff.protocol.schema import record_apis
 from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.protocol.walker import MARK_TOPIC_IDS
 from kafkasniff.render.oneline import TOPICS_SLOT
+from kafkasniff.render.plaintree import name_marks
 from kafkasniff.render.values import error_names
 
 from kafkasniff.render.oneline cimport event_row, message_row, topics_row
@@ -417,7 +418,8 @@ cdef class Output:
         return topics
 
     cdef _name_marks(self, line, dict topics):
-        return self.tree.name_marks(line, topics) if b"\0" in line else line  # mostly, nothing to name
+        """A worker's text of a message named as the capture has named topics so far (plaintree.name_marks)."""
+        return name_marks(line, topics, self.topic_names.by_id) if b"\0" in line else line  # mostly, nothing to name
 
     cdef dict _resolve(self, list mentions):
         """Mentions from `event_mentions`: the message's, then (after None) its request's, which add names only."""

@@ -69,10 +69,6 @@ class PlainTree:
         tail = "".join(text + "\n" for text, _style in after_body(m, self.limit))
         write(rest + tail.encode())
 
-    def name_marks(self, text: bytes, topics: dict) -> bytes:
-        """A parallel worker's text of a message, named (`name_marks`) as the capture has named topics so far."""
-        return name_marks(text, topics, self.topic_names)
-
     def event_text(self, ev) -> str:
         """What is not a message: a notice's line, or a raw SASL token's tree (render.tree's: rich then)."""
         if type(ev) is SaslTokenEvent:

@@ -2,8 +2,8 @@
 
 rich lays a table out cell by cell (measuring, wrapping, styling): about 2-3 ms per row of ten columns, which
 made printing `--stats` of a busy capture cost as much as decoding it. A file or pipe needs no styles and no
-wrapping, so there the rows are padded and joined here, in the same box characters. The byte tables of --hex and
-`explain` (hundreds of thousands of rows) are laid out here too, a line at a time.
+wrapping, so there the rows are padded and joined here, in the same box characters. The byte tables of `explain`
+(hundreds of thousands of rows) are laid out here too, a line at a time (--hex's: render/bytemap.pyx).
 """
 
 from __future__ import annotations
@@ -54,10 +54,15 @@ def table_text(table: Table) -> str:
 
 # --- the byte tables of --hex and explain: aligned columns, two spaces apart; the last column unpadded --------------
 
+def _plain(text: str) -> bool:
+    """Printable ASCII only: as wide on a terminal as it is long."""
+    return text.isascii() and text.isprintable()
+
+
 def _width(cell: str) -> int:
     """Terminal cells the text takes: its length when printable ASCII, as offsets, hex, field paths and types are
     (measuring each character's width took a seventh of --hex)."""
-    return len(cell) if cell.isascii() and cell.isprintable() else cell_len(cell)
+    return len(cell) if _plain(cell) else cell_len(cell)
 
 
 def column_widths(header: tuple[str, ...], cells: Iterable[tuple]) -> list[int]:
@@ -76,7 +81,7 @@ def column_widths(header: tuple[str, ...], cells: Iterable[tuple]) -> list[int]:
     for i, title in enumerate(header[:-1]):
         column = [row[i] for row in cells]
         joined = "".join(column)  # one check of the whole column: measured cell by cell only when it must be
-        widest = max(map(len if joined.isascii() and joined.isprintable() else _width, column), default=0)
+        widest = max(map(len if _plain(joined) else _width, column), default=0)
         widths.append(max(widest, _width(title)))
     return widths
 
@@ -100,8 +105,8 @@ def write_table(out: TextIO, header: tuple[str, ...], cells: Iterable[tuple], wi
     if widths is None:
         widths = column_widths(header, cells)
     for row in itertools.chain((header,), cells):
-        padded = "".join([cell.ljust(width + 2) if cell.isascii() and cell.isprintable() else
-                          cell + " " * (width - cell_len(cell) + 2) for cell, width in zip(row, widths)])
+        padded = "".join([cell.ljust(width + 2) if _plain(cell) else cell + " " * (width - cell_len(cell) + 2)
+                          for cell, width in zip(row, widths)])
         last = row[-1]
         if type(last) is Pieces:
             out.write(padded)

@@ -22,7 +22,7 @@ from kafkasniff.protocol.sasl import SECRET, TOKEN
 from kafkasniff.render.bytemap import HEX_SHOWN, SECRET_BYTE, TOKEN_VALUE, Row, byte_rows, write_byte_table
 from kafkasniff.render.jsonview import MASK, token_reader
 from kafkasniff.render.oneline import message_line, notice_line, sasl_line
-from kafkasniff.render.plaintree import after_body, bytes_writer, name_marks
+from kafkasniff.render.plaintree import after_body, bytes_writer
 from kafkasniff.render.tables import table_lines
 from kafkasniff.render.values import DEFAULT_MAX_VALUE, FRAME_PREFIX, show_value
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
@@ -155,10 +155,6 @@ class TreeView:
     def event_text(self, ev) -> str:
         """What is not a message, as show() writes it."""
         return self.render(ev).plain + "\n"
-
-    def name_marks(self, text: bytes, topics: dict) -> bytes:
-        """A worker's text of a message with its headline's topics filled in."""
-        return name_marks(text, topics, self.topic_names)
 
     def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None, write) -> None:
         """The message's byte table as plain text, handed to write(bytes) as it is made."""
