@@ -159,7 +159,8 @@ class TreeView:
     def _write_hex_message(self, ev: MessageEvent, topics: dict[str, list] | None, write) -> None:
         """The message's byte table as plain text, handed to write(bytes) as it is made."""
         m, payload = ev.message, ev.payload
-        write("".join([message_line(ev, topics) + "\n", *(line.plain + "\n" for line in self._tls_origin(ev))]).encode())
+        head = [message_line(ev, topics), *(line.plain for line in self._tls_origin(ev))]
+        write("".join(text + "\n" for text in head).encode())
         self._with_fields(m, payload, lambda fields: write_byte_table(
             fields, FRAME_PREFIX + len(payload), str(len(payload)), FRAME_PREFIX,
             len(payload).to_bytes(FRAME_PREFIX, "big"), payload, self.limit, self.full, self.show_secrets, write))
