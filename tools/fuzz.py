@@ -12,7 +12,7 @@ Cases, numbered, each made from (seed, number) alone so that any can be made aga
 - explain: an xxd or `hexdump -C` dump of a frame, damaged as text, read and explained as `explain` does;
 - capture: a recorded capture, damaged (bytes changed, cut, pieces dropped or repeated), decoded by
   `kafkasniff decode` in every view, each a process of its own with a time limit (one case in CAPTURE_EVERY);
-  the one-line view, JSON, -V and --stats also on two workers, whose output must be byte for byte one process's
+  every view also on two workers, whose output must be byte for byte one process's
   (a difference counts as an exception).
 
 The cases run in a worker process that reports each case before starting it. A case whose work takes more than
@@ -53,7 +53,7 @@ CAPTURE_EVERY = 400       # one case in this many is a damaged capture (they cos
 FRAME_BYTES_MAX = 1 << 16  # frames of the captures kept as seeds: up to this size
 VIEWS = {"line": [], "json": ["--json"], "tree": ["-V"], "hex": ["--hex"], "stats": ["--stats"]}
 # Views decoded again on two workers, whose output must be byte for byte that of one process (differential)
-ON_WORKERS = ("line", "json", "tree", "stats")
+ON_WORKERS = ("line", "json", "tree", "hex", "stats")
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
 SANITIZER_FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 ASAN_QUARANTINE_MB = 32
