@@ -416,7 +416,10 @@ def test_hex_view_masks_secret_bytes_inside_sasl_authenticate():
     final = [ev for ev in sasl_conversations() if type(ev) is MessageEvent][-1]
     payload = encode_request(36, 2, 3, "c", {"AuthBytes": b"c=biws,r=" + NONCE + b",p=" + PROOF})[4:]
     assert final.payload == payload
-    text = TreeView(io.StringIO(), hex_=True, full=True).render(final).plain
+    styled = TreeView(io.StringIO(), hex_=True, full=True).render(final)
+    text = styled.plain
+    mask_at = text.index("********")  # a secret's value is drawn in magenta on a terminal
+    assert [span.style for span in styled.spans if span.start <= mask_at < span.end] == ["magenta"]
     proof_row = next(line.split() for line in text.splitlines() if "body.AuthBytes.proof" in line)
     start = 4 + payload.index(PROOF)
     assert proof_row == [f"{start}-{start + len(PROOF) - 1}", *["••"] * len(PROOF), "body.AuthBytes.proof",

@@ -353,18 +353,19 @@ cdef bytes _HEX_DIGITS = b"0123456789abcdef"
 
 
 cdef class _Table:
-    """One frame's byte table: what its cursor's rows need, to be measured and then written."""
+    """One frame's byte table: how its cursor's rows are measured and written, cell by cell."""
 
     cdef const unsigned char[:] data
     cdef bytes prefix
-    cdef Py_ssize_t shift, shown_most
+    cdef Py_ssize_t shift
     cdef bint full, show_secrets
+    cdef object limit
 
     cdef Py_ssize_t frame_end(self):
         return self.shift + self.data.shape[0]
 
-    cdef bint masked(self, RowCursor row):
-        return not self.show_secrets and row.kind != SIZE and row.kind != UNDECODED and slot(row.field.type) == _SECRET
+    cdef bint secret(self, RowCursor row):
+        return row.kind != SIZE and row.kind != UNDECODED and slot(row.field.type) == _SECRET
 
     cdef Py_ssize_t shown(self, RowCursor row):
         """Bytes of the row the bytes column shows."""
@@ -375,6 +376,13 @@ cdef class _Table:
             return _digits(row.offset)
         return _digits(row.offset) + 1 + _digits(row.offset + row.length - 1)
 
+    cdef int put_span(self, Out *o, RowCursor row) except -1:
+        _put_int(o, row.offset)
+        if row.length > 1:
+            _put(o, "-", 1)
+            _put_int(o, row.offset + row.length - 1)
+        return 0
+
     cdef Py_ssize_t hex_width(self, RowCursor row, bint masked):
         cdef Py_ssize_t shown = self.shown(row), cells
         if masked:
@@ -384,8 +392,8 @@ cdef class _Table:
             cells = 3 * cells - 1 if cells > 0 else 0
         return cells + (_MORE_WIDTH if shown < row.length else 0)
 
-    cdef int put_hex(self, Out *o, RowCursor row, Py_ssize_t width, bint masked) except -1:
-        cdef Py_ssize_t shown = self.shown(row), at, stop, i, cells = self.hex_width(row, masked)
+    cdef int put_hex(self, Out *o, RowCursor row, bint masked) except -1:
+        cdef Py_ssize_t shown = self.shown(row), at, stop, i
         cdef unsigned char byte
         cdef const char *digits = _HEX_DIGITS
         if masked:
@@ -406,20 +414,37 @@ cdef class _Table:
                 o.len += 2
         if shown < row.length:
             _put_text(o, _MORE)
-        return _pad(o, width - cells + 2)
+        return 0
+
+    cdef str value(self, RowCursor row, bint masked, type_text):
+        if masked:
+            return MASK
+        if type_text == _TOKEN:
+            return TOKEN_VALUE
+        return row.value(self.limit, _show_value)
 
 
-def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, bytes prefix, data, limit, bint full,
-                     bint show_secrets, write) -> None:
-    """The frame's byte table as plain text (what tables.write_table makes of --hex's cells), handed to
-    write(bytes) in pieces of about a megabyte: the rows are walked twice, to measure the columns and to
-    write them, rather than held. `prefix`: the frame's first `shift` bytes, before `data`'s."""
+cdef _Table _frame_table(bytes prefix, data, Py_ssize_t shift, limit, bint full, bint show_secrets):
     cdef _Table table = _Table()
     table.data = data
     table.prefix = prefix
     table.shift = shift
+    table.limit = limit
     table.full = full
     table.show_secrets = show_secrets
+    return table
+
+
+cdef Py_ssize_t _path_width(RowCursor row) except -1:
+    return row.path_len if _plain(row.path, row.path_len) else cell_len(row.path_text())
+
+
+def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, bytes prefix, data, limit, bint full,
+                     bint show_secrets, write) -> None:
+    """The frame's byte table as plain text, columns two spaces apart and the last unpadded, handed to write(bytes)
+    in pieces of about a megabyte: the rows are walked twice, to measure the columns and to write them, rather
+    than held. `prefix`: the frame's first `shift` bytes, before `data`'s; secrets masked unless `show_secrets`."""
+    cdef _Table table = _frame_table(prefix, data, shift, limit, full, show_secrets)
     cdef Py_ssize_t widths[4]
     cdef Py_ssize_t i
     cdef bint masked
@@ -428,8 +453,8 @@ def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, by
     cdef RowCursor row = RowCursor(roots, end, size_text, shift)
     while row.next_row():
         widths[0] = max(widths[0], table.span_width(row))
-        widths[1] = max(widths[1], table.hex_width(row, table.masked(row)))
-        widths[2] = max(widths[2], row.path_len if _plain(row.path, row.path_len) else cell_len(row.path_text()))
+        widths[1] = max(widths[1], table.hex_width(row, table.secret(row) and not show_secrets))
+        widths[2] = max(widths[2], _path_width(row))
         widths[3] = max(widths[3], _text_width(row.type_text()))
     cdef Out o = Out(NULL, 0, 0)
     try:
@@ -440,30 +465,47 @@ def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, by
         _put(&o, "\n", 1)
         row = RowCursor(roots, end, size_text, shift)
         while row.next_row():
-            _put_int(&o, row.offset)
-            if row.length > 1:
-                _put(&o, "-", 1)
-                _put_int(&o, row.offset + row.length - 1)
+            table.put_span(&o, row)
             _pad(&o, widths[0] - table.span_width(row) + 2)
-            masked = table.masked(row)
-            table.put_hex(&o, row, widths[1], masked)
+            masked = table.secret(row) and not show_secrets
+            table.put_hex(&o, row, masked)
+            _pad(&o, widths[1] - table.hex_width(row, masked) + 2)
             _put(&o, row.path, row.path_len)
-            _pad(&o, widths[2] - (row.path_len if _plain(row.path, row.path_len) else cell_len(row.path_text())) + 2)
+            _pad(&o, widths[2] - _path_width(row) + 2)
             type_text = row.type_text()
             _put_text(&o, type_text)
             _pad(&o, widths[3] - _text_width(type_text) + 2)
-            if masked:
-                _put_text(&o, MASK)
-            elif type_text == _TOKEN:
-                _put_text(&o, TOKEN_VALUE)
-            else:
-                _put_text(&o, row.value(limit, _show_value))
+            _put_text(&o, table.value(row, masked, type_text))
             _put(&o, "\n", 1)
             if o.len >= 1 << 20:
                 write(PyBytes_FromStringAndSize(o.data, o.len))
                 o.len = 0
         if o.len:
             write(PyBytes_FromStringAndSize(o.data, o.len))
+    finally:
+        PyMem_Free(o.data)
+
+
+def byte_cells(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, bytes prefix, data, limit, bint full,
+               bint show_secrets) -> Iterator[tuple]:
+    """The cells of write_byte_table's rows (offsets, bytes, field, type, value) and whether the row is a secret,
+    for a table drawn with styles."""
+    cdef _Table table = _frame_table(prefix, data, shift, limit, full, show_secrets)
+    cdef RowCursor row = RowCursor(roots, end, size_text, shift)
+    cdef Out o = Out(NULL, 0, 0)
+    cdef bint secret, masked
+    try:
+        while row.next_row():
+            secret = table.secret(row)
+            masked = secret and not show_secrets
+            table.put_span(&o, row)
+            span = o.data[:o.len].decode("utf-8")
+            o.len = 0
+            table.put_hex(&o, row, masked)
+            hex_text = o.data[:o.len].decode("utf-8")
+            o.len = 0
+            type_text = row.type_text()
+            yield span, hex_text, row.path_text(), type_text, table.value(row, masked, type_text), secret
     finally:
         PyMem_Free(o.data)
 

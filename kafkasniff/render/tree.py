@@ -19,7 +19,7 @@ from rich.text import Text
 from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.messages import Message, tree_text, with_fields
 from kafkasniff.protocol.sasl import SECRET, TOKEN
-from kafkasniff.render.bytemap import HEX_SHOWN, SECRET_BYTE, TOKEN_VALUE, Row, byte_rows, write_byte_table
+from kafkasniff.render.bytemap import TABLE_HEADER, byte_cells, write_byte_table
 from kafkasniff.render.jsonview import MASK, token_reader
 from kafkasniff.render.oneline import message_line, notice_line, sasl_line
 from kafkasniff.render.plaintree import after_body, bytes_writer
@@ -30,12 +30,6 @@ from kafkasniff.stream.session import MessageEvent, SaslTokenEvent
 # Records of one message made into Fields for this view; past it they are counted in one line (memory).
 RECORDS_SHOWN = 10_000
 _ITEM_TYPES = frozenset({"RecordBatch", "Message", "PartialBatch", "Malformed", "RecordsNotShown"})
-
-
-def token_rows(ev: SaslTokenEvent, limit: int | None) -> list[Row]:
-    """Byte-map rows of a raw SASL token frame."""
-    token = Field("token", TOKEN if ev.fields else "bytes", 0, len(ev.token), ev.token, ev.fields)
-    return list(byte_rows([token], FRAME_PREFIX + len(ev.token), str(len(ev.token)), FRAME_PREFIX, limit))
 
 
 # walk.h's text styles, by number
@@ -132,10 +126,8 @@ class TreeView:
         m, payload = ev.message, ev.payload
         headline = Text(message_line(ev, topics), style="bold")
         if self.hex:
-            frame_rows = self._with_fields(m, payload, lambda fields: list(
-                byte_rows(fields, FRAME_PREFIX + len(payload), str(len(payload)), FRAME_PREFIX, self.limit)))
-            header, cells = self._hex_cells(frame_rows, _Frame(payload), styled=True)
-            parts = [headline, *self._tls_origin(ev), *table_lines(header, cells)]
+            table = self._with_fields(m, payload, lambda fields: self._table_lines(fields, payload))
+            parts = [headline, *self._tls_origin(ev), *table]
         else:
             text, spans = tree_text(m, payload, self.limit, self.show_secrets, True, token_reader(m, self.show_secrets),
                                     self.topic_names)
@@ -162,8 +154,7 @@ class TreeView:
         head = [message_line(ev, topics), *(line.plain for line in self._tls_origin(ev))]
         write("".join(text + "\n" for text in head).encode())
         self._with_fields(m, payload, lambda fields: write_byte_table(
-            fields, FRAME_PREFIX + len(payload), str(len(payload)), FRAME_PREFIX,
-            len(payload).to_bytes(FRAME_PREFIX, "big"), payload, self.limit, self.full, self.show_secrets, write))
+            *self._frame(fields, payload), self.limit, self.full, self.show_secrets, write))
         tail = "".join(line.plain + "\n" for line in self._after_body(m))
         if tail:
             write(tail.encode())
@@ -204,7 +195,8 @@ class TreeView:
     def _sasl(self, ev: SaslTokenEvent) -> list[Text]:
         headline = Text(sasl_line(ev, self.show_secrets), style="bold")
         if self.hex:
-            return [headline, *table_lines(*self._hex_cells(token_rows(ev, self.limit), _Frame(ev.token), styled=True))]
+            token = Field("token", TOKEN if ev.fields else "bytes", 0, len(ev.token), ev.token, ev.fields)
+            return [headline, *self._table_lines([token], ev.token)]
         tree = Node(headline)
         for f in ev.fields or ():  # the token's parts: strings, and secrets
             secret = f.type == SECRET
@@ -214,34 +206,16 @@ class TreeView:
 
     # -- byte table -----------------------------------------------------------------------------
 
-    def _hex_cells(self, all_rows: list[Row], frame: _Frame, styled: bool) -> tuple[tuple[str, ...], list]:
-        """The byte table's header and cells (secret values in magenta when `styled`)."""
-        header = ("offset", "bytes", "field", "type", "value")
-        cells = []
-        for r in all_rows:
-            masked = r.type == SECRET and not self.show_secrets
-            span = str(r.offset) if r.length <= 1 else f"{r.offset}-{r.offset + r.length - 1}"
-            value = MASK if masked else TOKEN_VALUE if r.type == TOKEN else r.value
-            cells.append((span, self._hex(frame, r, masked), r.path, r.type,
-                          Text(value, style="magenta") if styled and r.type == SECRET else value))
-        return header, cells
+    @staticmethod
+    def _frame(fields: list[Field], payload) -> tuple:
+        """What the byte table of a frame is made from (write_byte_table's first arguments): its fields, its end
+        and size, where its payload starts, the size prefix's bytes and the payload."""
+        return fields, FRAME_PREFIX + len(payload), str(len(payload)), FRAME_PREFIX, \
+            len(payload).to_bytes(FRAME_PREFIX, "big"), payload
 
-    def _hex(self, frame: _Frame, r: Row, masked: bool) -> str:
-        shown = r.length if self.full else min(r.length, HEX_SHOWN)
-        text = " ".join([SECRET_BYTE] * shown) if masked else frame.bytes_at(r.offset, shown).hex(" ")
-        return text + (" …" if shown < r.length else "")
-
-
-class _Frame:
-    """A frame's bytes, its 4-byte size prefix then the payload, without copying a payload that can be megabytes."""
-
-    __slots__ = ("payload", "prefix")
-
-    def __init__(self, payload):
-        self.payload = payload
-        self.prefix = len(payload).to_bytes(FRAME_PREFIX, "big")
-
-    def bytes_at(self, offset: int, length: int) -> bytes:
-        if offset >= FRAME_PREFIX:
-            return bytes(self.payload[offset - FRAME_PREFIX:offset - FRAME_PREFIX + length])
-        return (self.prefix + bytes(self.payload[:length]))[offset:offset + length]
+    def _table_lines(self, fields: list[Field], payload) -> list[Text]:
+        """The byte table, styled: the header bold, secrets' values magenta."""
+        cells = [(span, hex_, path, type_, Text(value, style="magenta") if secret else value) for
+                 span, hex_, path, type_, value, secret in
+                 byte_cells(*self._frame(fields, payload), self.limit, self.full, self.show_secrets)]
+        return list(table_lines(TABLE_HEADER, cells))
