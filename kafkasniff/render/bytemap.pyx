@@ -83,6 +83,7 @@ cdef struct Level:
     PyObject *field  # a container being walked (held by its parent's children, or by the roots)
     PyObject *children  # its children in byte order: a new reference
     Py_ssize_t index, count, cursor, path_len
+    bint path_plain
     bint gap_shown, ended
 
 
@@ -90,7 +91,8 @@ cdef class RowCursor:
     """The rows of a frame's fields, one at a time (next_row), in byte order: the size prefix's row when
     `size_text` is given (offset 0), then the rows of each root (their offsets plus `shift`), then a row for the
     bytes up to `end` that no row covers (where decoding stopped). The current row: offset, length, kind, the
-    field it is made from (the container for a prefix's row), and its path (UTF-8, path[:path_len])."""
+    field it is made from (the container for a prefix's row), and its path (UTF-8, path[:path_len]; path_plain
+    when it is printable ASCII, as wide on a terminal as it is long)."""
 
     cdef list roots
     cdef Py_ssize_t root_index, end, shift, covered_to
@@ -105,6 +107,7 @@ cdef class RowCursor:
     cdef int kind
     cdef FieldObject *field
     cdef Py_ssize_t path_len
+    cdef bint path_plain
 
     def __cinit__(self, list roots, Py_ssize_t end, size_text, Py_ssize_t shift):
         for root in roots:
@@ -133,7 +136,7 @@ cdef class RowCursor:
         self.depth -= 1
         Py_DECREF(<object>self.levels[self.depth].children)
 
-    cdef int _set_path(self, Py_ssize_t at, name) except -1:
+    cdef int _set_path(self, Py_ssize_t at, bint parent_plain, name) except -1:
         """path[:at] joined with name (as join_path: no dot before an item's [i], none after an empty path)."""
         cdef Py_ssize_t n
         cdef const char *text = PyUnicode_AsUTF8AndSize(name, &n)
@@ -148,12 +151,13 @@ cdef class RowCursor:
             at += 1
         memcpy(self.path + at, text, n)
         self.path_len = at + n
+        self.path_plain = parent_plain and _plain(text, n)
         return 0
 
-    cdef bint _enter(self, FieldObject *f, Py_ssize_t parent_len) except -1:
+    cdef bint _enter(self, FieldObject *f, Py_ssize_t parent_len, bint parent_plain) except -1:
         """Start on f: True when it is one row (a leaf, a detached container, packed flags), else its level is
         pushed and False."""
-        self._set_path(parent_len, slot(f.name))
+        self._set_path(parent_len, parent_plain, slot(f.name))
         children = slot(f.children)
         if children is None or slot(f.type) in _DETACHED:
             return self._row(LEAF, f.offset, f.length, f)
@@ -174,6 +178,7 @@ cdef class RowCursor:
         level.count = len(children)
         level.cursor = f.offset
         level.path_len = self.path_len
+        level.path_plain = self.path_plain
         self.depth += 1
         return False
 
@@ -206,19 +211,19 @@ cdef class RowCursor:
         cdef FieldObject *container
         if not self.size_done:
             self.size_done = True
-            self._set_path(0, "size")
+            self._set_path(0, True, "size")
             return self._row(SIZE, 0, 4, NULL)
         while True:
             if self.depth == 0:
                 if self.root_index < len(self.roots):
                     self.root_index += 1
-                    if self._enter(<FieldObject *><PyObject *>self.roots[self.root_index - 1], 0):
+                    if self._enter(<FieldObject *><PyObject *>self.roots[self.root_index - 1], 0, True):
                         return True
                     continue
                 if self.tail_done or self.covered_to >= self.end:
                     return False
                 self.tail_done = True
-                self._set_path(0, "_undecoded")
+                self._set_path(0, True, "_undecoded")
                 return self._row(UNDECODED, self.covered_to, self.end - self.covered_to, NULL)
             top = &self.levels[self.depth - 1]
             if top.ended:
@@ -228,19 +233,19 @@ cdef class RowCursor:
                 child = <FieldObject *><PyObject *>(<list>top.children)[top.index]
                 if child.offset > top.cursor and not top.gap_shown:
                     top.gap_shown = True
-                    self.path_len = top.path_len
+                    self.path_len, self.path_plain = top.path_len, top.path_plain
                     return self._row(PREFIX, top.cursor, child.offset - top.cursor, <FieldObject *>top.field)
                 top.gap_shown = False
                 top.index += 1
                 if child.offset + child.length > top.cursor:
                     top.cursor = child.offset + child.length
-                if self._enter(child, top.path_len):
+                if self._enter(child, top.path_len, top.path_plain):
                     return True
                 continue
             top.ended = True
             container = <FieldObject *>top.field
             if container.offset + container.length > top.cursor:
-                self.path_len = top.path_len
+                self.path_len, self.path_plain = top.path_len, top.path_plain
                 return self._row(PREFIX, top.cursor, container.offset + container.length - top.cursor, container)
 
     cdef str path_text(self):
@@ -360,6 +365,13 @@ cdef class _Table:
     cdef Py_ssize_t shift
     cdef bint full, show_secrets
     cdef object limit
+    cdef object last_type  # the type measured last, and its width: rows of a kind come together
+    cdef Py_ssize_t last_type_width
+
+    cdef Py_ssize_t type_width(self, type_text) except -1:
+        if type_text is not self.last_type:
+            self.last_type, self.last_type_width = type_text, _text_width(type_text)
+        return self.last_type_width
 
     cdef Py_ssize_t frame_end(self):
         return self.shift + self.data.shape[0]
@@ -436,7 +448,7 @@ cdef _Table _frame_table(bytes prefix, data, Py_ssize_t shift, limit, bint full,
 
 
 cdef Py_ssize_t _path_width(RowCursor row) except -1:
-    return row.path_len if _plain(row.path, row.path_len) else cell_len(row.path_text())
+    return row.path_len if row.path_plain else cell_len(row.path_text())
 
 
 def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, bytes prefix, data, limit, bint full,
@@ -455,7 +467,7 @@ def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, by
         widths[0] = max(widths[0], table.span_width(row))
         widths[1] = max(widths[1], table.hex_width(row, table.secret(row) and not show_secrets))
         widths[2] = max(widths[2], _path_width(row))
-        widths[3] = max(widths[3], _text_width(row.type_text()))
+        widths[3] = max(widths[3], table.type_width(row.type_text()))
     cdef Out o = Out(NULL, 0, 0)
     try:
         for i in range(4):
@@ -474,7 +486,7 @@ def write_byte_table(list roots, Py_ssize_t end, size_text, Py_ssize_t shift, by
             _pad(&o, widths[2] - _path_width(row) + 2)
             type_text = row.type_text()
             _put_text(&o, type_text)
-            _pad(&o, widths[3] - _text_width(type_text) + 2)
+            _pad(&o, widths[3] - table.type_width(type_text) + 2)
             _put_text(&o, table.value(row, masked, type_text))
             _put(&o, "\n", 1)
             if o.len >= 1 << 20:
