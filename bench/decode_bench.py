@@ -1,12 +1,15 @@
 """`kafkasniff decode` against tshark on one or more capture files: wall time, CPU time, peak memory.
 
-For each capture, three groups, each run --runs times, alternating (kafkasniff, tshark,
+For each capture, four groups, each run --runs times, alternating (kafkasniff, tshark,
 kafkasniff -j 1, kafkasniff, ...), output to /dev/null:
 
     json:    kafkasniff decode --json F  (and -j 1)       vs  tshark -r F -Y kafka -T json -d tcp.port==P,kafka ...
     line:    kafkasniff decode F         (and -j 1)       vs  tshark -r F -Y kafka -d tcp.port==P,kafka ...
              kafkasniff decode --stats F (summary tables only)
     verbose: kafkasniff decode -V F      (and -j 1)       vs  tshark -r F -Y kafka -V -d tcp.port==P,kafka ...
+    hex:     kafkasniff decode --hex F   (and -j 1)       vs  tshark -r F -Y kafka -x -d tcp.port==P,kafka ...
+             (the byte view: kafkasniff's rows of every field's bytes against tshark's hex dump of every packet;
+             reported, no target)
 
 `kafkasniff decode` shares a big capture's connections among worker processes (the default for
 captures of 8 MiB and about 50,000 packets or more: one per core, one more for the one-line view, at
@@ -30,7 +33,7 @@ one-line time; kafkasniff's peak memory <= 200 MB. --profile then runs the one-l
     python bench/decode_bench.py /tmp/bench60.pcap /tmp/records_heavy.pcap [--runs 3] [--profile]
 
 Broker ports come from F.json (written by both scripts above) or --port (then for every capture).
---views json line verbose picks the groups (line includes --stats).
+--views json line verbose hex picks the groups (line includes --stats).
 --kafkasniff CMD benchmarks another build, e.g. a checkout of an older commit with its C modules
 built in place: PYTHONPATH=/tmp/old --kafkasniff '/path/.venv/bin/python -P -m kafkasniff'.
 """
@@ -202,6 +205,9 @@ def bench(capture: Path, args) -> list[tuple[str, str, bool]]:
     verbose_group = (Timings("kafkasniff -V", [*ours, "decode", "-V", f]),
                      Timings("tshark -V", [tshark, "-r", f, "-Y", "kafka", "-V", *decode_as], ours=False),
                      Timings("kafkasniff -V -j 1", [*ours, "decode", "-V", "-j", "1", f]))
+    hex_group = (Timings("kafkasniff --hex", [*ours, "decode", "--hex", f]),
+                 Timings("tshark -x", [tshark, "-r", f, "-Y", "kafka", "-x", *decode_as], ours=False),
+                 Timings("kafkasniff --hex -j 1", [*ours, "decode", "--hex", "-j", "1", f]))
 
     size_mb = capture.stat().st_size / 1e6
     packets = summary.get("packets")
@@ -216,7 +222,7 @@ def bench(capture: Path, args) -> list[tuple[str, str, bool]]:
           + (f" (requests: {', '.join(f'{k} x{n}' for k, n in sorted(by_api.items()))})" if by_api else ""),
           flush=True)
 
-    groups = {"json": json_group, "line": line_group, "verbose": verbose_group}
+    groups = {"json": json_group, "line": line_group, "verbose": verbose_group, "hex": hex_group}
     groups = {name: group for name, group in groups.items() if name in args.views}
     for group in groups.values():
         alternate(group, args.runs)
@@ -225,7 +231,7 @@ def bench(capture: Path, args) -> list[tuple[str, str, bool]]:
 
     print()
     for name, key, (parallel, theirs, single) in (("--json", "json", json_group), ("one-line", "line", line_group[:3]),
-                                                  ("-V", "verbose", verbose_group)):
+                                                  ("-V", "verbose", verbose_group), ("--hex", "hex", hex_group)):
         if key not in groups:
             continue
         print(f"{name}: tshark / kafkasniff {theirs.median / parallel.median:.2f}x (wall), "
@@ -278,7 +284,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, action="append", default=[],
                         help="broker port (repeatable; default: from CAPTURE.json)")
     parser.add_argument("--tshark", default="tshark")
-    parser.add_argument("--views", nargs="+", choices=("json", "line", "verbose"), default=["json", "line", "verbose"],
+    parser.add_argument("--views", nargs="+", choices=("json", "line", "verbose", "hex"),
+                        default=["json", "line", "verbose", "hex"],
                         help="groups to run (line includes --stats)")
     parser.add_argument("--kafkasniff", help="the kafkasniff command, e.g. 'python -m kafkasniff' "
                                               "(default: the kafkasniff beside this Python)")
