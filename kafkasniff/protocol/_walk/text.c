@@ -1259,7 +1259,13 @@ static int rt_record(Walker *w, void *st, const Span *span, const BatchHeader *h
     Draw *d = st;
     if (pending_flush(d, 0) < 0)
         return -1;
-    d->pending = (Pending){.waiting = 1, .is_record = 1, .span = *span, .batch = *h, .record = *r};
+    /* field by field: a compound literal would clear the whole struct, its 400-byte reason too, per record */
+    Pending *p = &d->pending;
+    p->waiting = 1;
+    p->is_record = 1;
+    p->span = *span;
+    p->batch = *h;
+    p->record = *r;
     return 0;
 }
 
