@@ -41,7 +41,7 @@ cdef extern from "Python.h":
 # their offsets do not point into the frame, so the container is one opaque row.
 DETACHED_TYPES = frozenset({DECOMPRESSED_RECORDS, DECOMPRESSED_MESSAGES})
 
-_PREFIX_LABELS = {"tagged_fields": "tag count / tag header", "records": "length prefix"}
+cdef dict _PREFIX_LABELS = {"tagged_fields": "tag count / tag header", "records": "length prefix"}
 TABLE_HEADER = ("offset", "bytes", "field", "type", "value")
 HEX_SHOWN = 8  # bytes of a row shown in the bytes column unless every byte is asked for
 # What the rows look up for every field, as C values and references (not as the module's globals, by name)
@@ -62,11 +62,12 @@ class Row(NamedTuple):
     value: str | Pieces  # Pieces: a long value shown whole, by show_value_in_pieces
 
 
-def _prefix_value(f: Field, limit: int | None) -> str:
+cdef str _prefix_value(FieldObject *f, limit):
     """What the bytes of a container that precede or sit between its children mean."""
-    if f.type.startswith("[]"):
-        return f"length: {show_value(f, limit)}"
-    return _PREFIX_LABELS.get(f.type, "length / presence prefix")
+    cdef str type_text = slot(f.type)
+    if type_text.startswith("[]"):
+        return "length: " + _show_value(<object>f, limit)
+    return _PREFIX_LABELS.get(type_text, "length / presence prefix")
 
 
 def _flags_value(f: Field) -> str:
@@ -263,7 +264,7 @@ cdef class RowCursor:
         if self.kind == LEAF:
             return show(<object>self.field, limit)
         if self.kind == PREFIX:
-            return _prefix_value(<object>self.field, limit)
+            return _prefix_value(self.field, limit)
         if self.kind == FLAGS:
             return _flags_value(<object>self.field)
         if self.kind == SIZE:
