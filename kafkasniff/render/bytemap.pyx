@@ -37,6 +37,9 @@ cdef extern from "Python.h":
     bint PyObject_TypeCheck(object o, type t)
 
 
+cdef type _FieldBase = FieldBase  # checked for every field: a C reference, not a global looked up by name
+
+
 # Containers whose children are decoded from other bytes (decompressed records):
 # their offsets do not point into the frame, so the container is one opaque row.
 DETACHED_TYPES = frozenset({DECOMPRESSED_RECORDS, DECOMPRESSED_MESSAGES})
@@ -112,7 +115,7 @@ cdef class RowCursor:
 
     def __cinit__(self, list roots, Py_ssize_t end, size_text, Py_ssize_t shift):
         for root in roots:
-            if not PyObject_TypeCheck(root, FieldBase):
+            if not PyObject_TypeCheck(root, _FieldBase):
                 raise TypeError(f"not a Field: {root!r}")
         self.roots = roots
         self.end = end
@@ -162,7 +165,7 @@ cdef class RowCursor:
         children = slot(f.children)
         if children is None or slot(f.type) in _DETACHED:
             return self._row(LEAF, f.offset, f.length, f)
-        if children and PyObject_TypeCheck(children[0], FieldBase) and \
+        if children and PyObject_TypeCheck(children[0], _FieldBase) and \
                 slot((<FieldObject *><PyObject *>children[0]).type) == _BITS:
             return self._row(FLAGS, f.offset, f.length, f)
         children = self._in_byte_order(children)
@@ -187,7 +190,7 @@ cdef class RowCursor:
         cdef list items = children if type(children) is list else list(children)
         cdef Py_ssize_t i, last = -1
         for item in items:
-            if not PyObject_TypeCheck(item, FieldBase):
+            if not PyObject_TypeCheck(item, _FieldBase):
                 raise TypeError(f"not a Field: {item!r}")
             if (<FieldObject *><PyObject *>item).offset < last:
                 return sorted(items, key=_offset)

@@ -24,6 +24,9 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
 
 
+cdef type _FieldBase = FieldBase  # checked for every field: a C reference, not a global looked up by name
+
+
 cdef str _decimal(object v):
     """str(v) of an int, written here where it fits 64 bits (str() of an int costs several times as much)."""
     cdef int overflow = 0
@@ -96,7 +99,7 @@ def timestamp_text(ms: int | None) -> str:
 
 
 def show_value(f: Field, limit: int | None = DEFAULT_MAX_VALUE) -> str:
-    if not PyObject_TypeCheck(f, FieldBase):
+    if not PyObject_TypeCheck(f, _FieldBase):
         raise TypeError(f"not a Field: {f!r}")
     cdef FieldObject *field = <FieldObject *><PyObject *>f  # its slots, read without looking the names up
     v = slot(field.value)
