@@ -25,7 +25,7 @@ from capture_manifest import CAPTURES_DIR, load_capture
 from kafkasniff.cli import main
 from kafkasniff.protocol.encoder import encode_request, encode_response
 from kafkasniff.protocol.identify import response_fits
-from kafkasniff.protocol.messages import decode_request
+from kafkasniff.protocol.messages import decode_request, decode_response, with_fields
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
 from kafkasniff.protocol.schema import api_name as api_name_of
 from loopback import connection_frames
@@ -394,19 +394,24 @@ def test_response_whose_lost_request_the_client_sent_before_is_read_at_that_vers
     assert (gap["notice"], gap["stream_offset"], gap["size"]) == ("missing", offset, lost["size"] + 4)
 
 
-def test_response_whose_lost_request_the_client_never_sent_before_is_read_as_the_lowest_fit(tmp_path):
-    """kafka-python sends InitProducerId v4 once on its connection: lost, nothing the connection says names it,
-    and its 22 bytes are read as the lowest schema that fits them, FindCoordinator v1 (as before the client's
-    earlier requests counted)."""
+def test_response_whose_lost_request_the_client_never_sent_before_is_read_as_the_lowest_plausible_fit(tmp_path):
+    """kafka-python sends InitProducerId v4 once on its connection: lost, nothing the connection says names it.
+    Its 22 bytes fit FindCoordinator v1 too, but with a port no broker sends (1 << 24, from the producer epoch's
+    bytes and the tagged fields' count): the lowest fit without such a value wins, InitProducerId v2 (v2 to v4 share the layout, so the
+    version cannot be told from the bytes), body as captured."""
     events = original("kafka_python_codecs")
     init = next(e for e in events if e["kind"] == "request" and e["api_name"] == "InitProducerId")
     requests = [e["api_name"] for e in of_stream(events, init["stream"]) if e["kind"] == "request"]
     assert requests.count("InitProducerId") == 1
     got, response, payload = without_request(tmp_path, "kafka_python_codecs", init)
+    coordinator = decode_response(payload, 10, 1)
+    assert coordinator.complete and with_fields(coordinator, payload).body.child("Port").value == 1 << 24
+    fits = response_fits(payload).fits
+    assert fits[0] == (22, 2) and fits.index((22, 4)) < fits.index((10, 1))
     (shown,) = [e for e in of_stream(got, init["stream"]) if e["kind"] == "response"
                 and e["correlation_id"] == init["correlation_id"]]
-    assert response_fits(payload).fits[0] == (shown["api_key"], shown["api_version"]) == (10, 1)
-    assert (shown["api_name"], shown["inferred"], shown["size"]) == ("FindCoordinator", True, response["size"])
+    assert (shown["api_name"], shown["api_version"], shown["inferred"]) == ("InitProducerId", 2, True)
+    assert (shown["size"], shown["body"]) == (response["size"], response["body"])
 
 
 def test_retransmitted_segments_change_nothing(tmp_path):

@@ -80,6 +80,7 @@ PARTITION_FIELDS = {"int32": {"PartitionIndex", "Partition", "PartitionId", "Ind
                     "[]int32": {"Partitions", "PartitionIndexes"}}
 HEADER_ROLES = {("RequestHeader", "CorrelationId"): "correlationId", ("ResponseHeader", "CorrelationId"): "correlationId",
                 ("RequestHeader", "ClientId"): "clientId"}
+NAME_ENTITIES = ("groupId", "transactionalId")
 MESSAGE_ROLES = {("ProduceRequest", "Acks"): "acks", ("ControlRecordTypeSchema", "Type"): "controlType"}
 
 
@@ -97,6 +98,15 @@ def field_role(field: dict, schema: str, top_level: bool) -> str | None:
         return "records"
     if type_ == "int16" and name in ("ApiKey", "RequestApiKey"):
         return "apiKey"
+    # Values with a range on the wire, which rank the schemas that fit a response whose request was lost: a node
+    # id is -1 (none) or more in responses, a port -1 (none) to 65535, a name holds no control characters.
+    if field.get("entityType") == "brokerId" and type_ in ("int32", "[]int32"):
+        return "nodeId"
+    if name == "Port" and type_ in ("int32", "uint16"):
+        return "port"
+    if (field.get("entityType") in NAME_ENTITIES and type_ in ("string", "[]string")) or \
+            (name == "Host" and type_ == "string"):
+        return "name"
     if top_level and name == "ThrottleTimeMs" and schema.endswith("Response"):
         return "throttleTimeMs"
     if top_level:

@@ -13,7 +13,7 @@ cdef class Message:
     cdef public list mentions
     cdef public long long batches             # record batches (or legacy messages) in the body
     cdef public long long records             # data records in them, by their headers
-    cdef public long long suspicion           # implausible values: unknown error codes, illegal nulls, ...
+    cdef public long long suspicion           # implausible values: unknown error codes, bad ports, illegal nulls, ...
     cdef public object header, body           # the Field trees, when asked for
     cdef public object body_offset            # where the body starts, when the header was read
     cdef public object malformed

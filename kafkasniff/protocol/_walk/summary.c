@@ -4,10 +4,41 @@
  * Kept: the header's correlation id and client id, Produce's acks, ThrottleTimeMs, the non-zero error codes
  * in wire order (each once), and topic mentions: one per topic (name, id) that a struct or array item names,
  * in the order a depth-first walk meets them, each with the data records and partitions found below them.
- * Also how implausible the reading looks (unknown error codes, illegal nulls, unknown tags), which ranks
+ * Also how implausible the reading looks (values no broker sends, illegal nulls, unknown tags), which ranks
  * the schemas that fit a response whose request was not captured.
  */
 #include "walk.h"
+
+/* Whether a broker would never send this fixed-width value where its role is: an error code Kafka does not define,
+ * a negative throttle time, a node id below -1 (none), a port outside -1 (none) to 65535. 1 or 0; -1 with a Python
+ * error. (ReplicaId -2, a debugging consumer, is a request's: only responses are ranked.) */
+static int fixed_implausible(int kind, int role, const uint8_t *p) {
+    int64_t value = fixed_value(kind, p);
+    switch (role) {
+    case R_ERROR_CODE: {
+        int known = error_code_known(value);
+        return known < 0 ? -1 : !known;
+    }
+    case R_THROTTLE_TIME:
+        return value < 0;
+    case R_NODE_ID:
+        return value < -1;
+    case R_PORT:
+        return value < -1 || value > 65535;
+    }
+    return 0;
+}
+
+/* Whether a string that names something (a topic, group, transactional id, host) holds a control character: 1 or 0.
+ * The walk has checked it is UTF-8, whose multi-byte sequences hold no byte below 0x80. */
+static int text_implausible(int form, int role, const uint8_t *p, Py_ssize_t n) {
+    if (form != FORM_STRING || (role != R_TOPIC_NAME && role != R_NAME))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == 0x7f)
+            return 1;
+    return 0;
+}
 
 #define MAX_FRAMES 80
 
@@ -98,15 +129,15 @@ static int add_partition(Summary *s, int64_t partition) {
 
 static int s_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py_ssize_t at, const uint8_t *p) {
     Summary *s = w->state;
+    int implausible = fixed_implausible(kind, role, p);
+    if (implausible < 0)
+        return -1;
+    s->suspicion += implausible;
     switch (role) {
     case R_NONE:
         return 0;
     case R_ERROR_CODE: {
         int64_t code = fixed_value(kind, p);
-        int known = error_code_known(code);
-        if (known < 0)
-            return -1;
-        s->suspicion += !known;
         if (!code)
             return 0;
         PyObject *value = PyLong_FromLongLong(code);
@@ -144,7 +175,7 @@ static int s_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, Py
 static int s_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
                   const uint8_t *p, Py_ssize_t n, int not_nullable) {
     Summary *s = w->state;
-    s->suspicion += not_nullable;
+    s->suspicion += not_nullable + text_implausible(form, role, p, n);
     if (role == R_CLIENT_ID)
         return set_value(&s->client_id, n < 0 ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8((const char *)p, n, NULL));
     if (role != R_TOPIC_NAME || form != FORM_STRING || n < 0)
@@ -427,19 +458,17 @@ static int sc_fixed(Walker *w, int name, Py_ssize_t index, int kind, int role, P
     Screen *s = w->state;
     if (step(s) < 0)
         return -1;
-    if (role != R_ERROR_CODE)
-        return 0;
-    int known = error_code_known(fixed_value(kind, p));
-    if (known < 0)
+    int implausible = fixed_implausible(kind, role, p);
+    if (implausible < 0)
         return -1;
-    s->suspicion += !known;
+    s->suspicion += implausible;
     return 0;
 }
 
 static int sc_text(Walker *w, int name, Py_ssize_t index, int form, int role, Py_ssize_t at, Py_ssize_t size,
                    const uint8_t *p, Py_ssize_t n, int not_nullable) {
     Screen *s = w->state;
-    s->suspicion += not_nullable;
+    s->suspicion += not_nullable + text_implausible(form, role, p, n);
     return step(s);
 }
 
