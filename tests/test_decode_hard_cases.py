@@ -660,6 +660,43 @@ def conversation_inside(name: str, client: tuple[str, int], server: tuple[str, i
     return TcpConversation(client, server, start=_packets(name)[0].ts + 0.003)
 
 
+def first_request_cut(tmp_path: Path, name: str, keep: int, api_key: int | None = None) -> tuple[list[dict], bytes]:
+    """The capture's first connection, handshake and its first request's first `keep` bytes, the capture ending
+    there (its API key replaced when asked); its events, and the request's frame with its size prefix."""
+    pks = packets(name)
+    first = next(i for i, p in enumerate(pks) if payload_len(p))
+    data = tcp_of(pks[first].frame).data
+    frame = data[:4 + struct.unpack_from(">i", data)[0]]
+    cut = frame[:keep] if api_key is None else frame[:4] + struct.pack(">h", api_key) + frame[6:keep]
+    kept = pks[:first] + [Packet(pks[first].ts, pcapkit.rewrite(pks[first].frame, data=cut))]
+    return decode(write_pcap(tmp_path / "cut.pcap", kept)), frame
+
+
+@pytest.mark.parametrize("name, api", [("kafka_python_api_versions", ("ApiVersions", 1)),
+                                       ("confluent_codecs", ("ApiVersions", 3))])
+@pytest.mark.parametrize("keep", [8, 9, 12, -1])
+def test_connection_ending_inside_its_first_request_is_kafka_cut_short(tmp_path, name, api, keep):
+    """A capture that ends inside a connection's first request (its handshake captured), from its API key and
+    version on: a Kafka frame cut short, shown where it starts with how much of it came, not a stream that is not
+    Kafka."""
+    got, frame = first_request_cut(tmp_path, name, keep)
+    cut = len(frame) + keep if keep < 0 else keep
+    assert (api_name_of(struct.unpack_from(">h", frame, 4)[0]), struct.unpack_from(">h", frame, 6)[0]) == api
+    assert [{k: v for k, v in e.items() if k not in ("ts", "src", "dst")} for e in got] == [
+        {"kind": "notice", "stream": 0, "notice": "skipped", "direction": "c2s", "stream_offset": 0, "size": cut,
+         "text": f"stream ended inside a frame ({cut - 4} of {len(frame) - 4} bytes)"}]
+    assert port_of(got[0]["dst"]) == BROKER
+
+
+@pytest.mark.parametrize("keep, api_key", [(7, None), (12, 0x7FFF)])
+def test_connection_ending_inside_bytes_that_are_no_request_is_still_not_kafka(tmp_path, keep, api_key):
+    """Cut before its version is whole, or naming an API Kafka does not define, the first bytes do not show a
+    request: the connection is not Kafka, as before."""
+    got, _ = first_request_cut(tmp_path, "kafka_python_api_versions", keep, api_key)
+    assert [(e["notice"], e["text"], e["size"]) for e in got] == [
+        ("not-kafka", "not Kafka: no Kafka request or response found; not decoded", keep)]
+
+
 def test_http_connection_is_reported_as_not_kafka(tmp_path):
     """Not silent: the connection appears once per direction, with the bytes it carried."""
     http = conversation_inside("consumer_group", ("127.0.0.1", 48000), ("127.0.0.1", 8080))

@@ -20,7 +20,7 @@ from kafkasniff.protocol.fields import Field
 from kafkasniff.protocol.messages import (Message, all_versions, decode_request, decode_response,
                                           decode_response_for_request, response_schemas, screen_responses,
                                           with_fields)
-from kafkasniff.protocol.schema import api_name
+from kafkasniff.protocol.schema import api_name, message_variant
 
 
 def declared_size(data: bytes) -> int | None:
@@ -162,6 +162,19 @@ def _identified(data: bytes, kind: str | None, api_key: int | None, api_version:
     else:
         taken = _valid_to(prefixed.message) > _valid_to(unprefixed.message)
     return _with_bytes_after_frame(prefixed, data) if taken else unprefixed
+
+
+def cut_request(data: bytes) -> bool:
+    """Whether `data` is the start of a size-prefixed request frame that it cuts short (a direction's bytes when
+    the capture ended inside its first frame): its header names an API and version Kafka defines, and read with
+    zeros for the missing bytes, it breaks only where `data` stops. It takes the size, the API key and its
+    version at least (8 bytes) to tell a request."""
+    size = declared_size(data)
+    if size is None or not 8 <= len(data) < 4 + size:
+        return False
+    msg = decode_request(data, 4, len(data), skim=True)
+    return message_variant(msg.api_key, "request", msg.api_version) is not None and \
+        _agrees_with_its_size(msg, data, size)
 
 
 def _valid_to(msg: Message) -> int:

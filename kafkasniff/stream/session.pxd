@@ -77,6 +77,8 @@ cdef class Session:
     cdef void _set_roles(self, int client_side)
     cdef void _identify(self, int side, list probed)
     cdef void _identify_within_limits(self, double ts)
+    cdef bint _identify_by_cut_request(self) except -1
+    cdef tuple _guessed_order(self, bint clients)
     cdef bint _identify_by_responses(self) except -1
     cdef void _replay(self, int client_side)
     cdef void _ignore(self, double ts, str why)

@@ -13,7 +13,8 @@ Hints yield to evidence. A connection is decoded once its bytes prove it is
 Kafka: a side's frame that decodes as a request makes that side the client; a
 connection without a request (a capture starting mid-way, one holding only a
 response) is Kafka when one side's frames decode as responses, and that side is
-the broker. A captured TCP handshake decides which side is the client; a port
+the broker; one that ends inside its first request (that side captured from its
+start) is Kafka when the bytes are the start of a request (identify.cut_request). A captured TCP handshake decides which side is the client; a port
 hint only orders the guesses where the bytes fit either way.
 """
 
@@ -23,7 +24,7 @@ from itertools import islice
 from kafkasniff.protocol import sasl
 from kafkasniff.protocol.embedded import SASL_AUTHENTICATE
 from kafkasniff.protocol.fields import Malformed
-from kafkasniff.protocol.identify import infer_response
+from kafkasniff.protocol.identify import cut_request, infer_response
 from kafkasniff.protocol.messages import decode_request, decode_response_for_request, with_fields
 
 from kafkasniff.protocol.messages cimport skim_request, skim_response
@@ -312,7 +313,8 @@ cdef class Session:
                 probe = self.probes[side]
                 if probe is not None and self.client_side == NO_SIDE:
                     self._identify(side, probe.close())
-            if self.client_side == NO_SIDE and not self._identify_by_responses():
+            if self.client_side == NO_SIDE and not self._identify_by_cut_request() and \
+                    not self._identify_by_responses():
                 self._ignore(ts, "not-kafka")
         if self.ignored is not None:
             self._report_ignored(ts)
@@ -375,16 +377,36 @@ cdef class Session:
         if not self._identify_by_responses():
             self._ignore(ts, "not-kafka")
 
+    cdef bint _identify_by_cut_request(self) except -1:
+        """The client is a side captured from its start whose bytes end inside its first frame, a request by its
+        header (identify.cut_request): the capture ended before a frame could prove it. True if found."""
+        for side in self._guessed_order(True):
+            if self.probes[side] is None or not self.from_start[side] or not self.held_bytes[side]:
+                continue
+            held = self.held[side]
+            if any(data is None for data, _, _ in held):
+                continue  # a hole: the bytes are not one run from the frame's start
+            data = b"".join(data for data, _, _ in held)
+            if cut_request(data) and int32_at(data) <= self.max_frame:
+                self._set_roles(side)
+                self._replay(side)
+                return True
+        return False
+
+    cdef tuple _guessed_order(self, bint clients):
+        """The sides in the order the handshake, then the port hint, make likely clients (or brokers)."""
+        if self.handshake_client is not None:
+            client = self.handshake_client
+            return (client,) if clients else (1 - client,)
+        if self.port_hint_client is not None:
+            client = self.port_hint_client
+            return (client, 1 - client) if clients else (1 - client, client)
+        return (0, 1)
+
     cdef bint _identify_by_responses(self) except -1:
         """The broker is a side whose bytes frame as responses (requests not captured). True if found."""
         cdef Framer framer
-        if self.handshake_client is not None:
-            order = (1 - self.handshake_client,)
-        elif self.port_hint_client is not None:
-            order = (1 - self.port_hint_client, self.port_hint_client)
-        else:
-            order = (0, 1)
-        for server_side in order:
+        for server_side in self._guessed_order(False):
             if not self.held_bytes[server_side]:
                 continue
             framer = Framer(ResponseFrames(self), self.max_frame, self.from_start[server_side])
