@@ -414,6 +414,19 @@ def test_response_whose_lost_request_the_client_never_sent_before_is_read_as_the
     assert (shown["size"], shown["body"]) == (response["size"], response["body"])
 
 
+def test_response_read_with_an_offset_below_minus_one_ranks_below_its_own_schema():
+    """aiokafka's first OffsetFetch v3 response (no offset committed: -1, error NONE) fits Fetch v1 too, lower, with
+    a high watermark of -65536 and UNKNOWN_SERVER_ERROR: an offset below -1 ranks that reading below OffsetFetch
+    v3's, which no other fit without implausible values precedes."""
+    events = original("rebalance_aiokafka")
+    request = next(e for e in events if e["kind"] == "request" and e["api_name"] == "OffsetFetch")
+    response = message(events, "response", "OffsetFetch", request["correlation_id"], request["stream"])
+    payload = response_bytes(packets("rebalance_aiokafka"), request["src"], response)
+    fetch = with_fields(decode_response(payload, 1, 1), payload)
+    partition = fetch.body.child("Responses").children[0].child("Partitions").children[0]
+    assert fetch.complete and partition.child("HighWatermark").value == -65536
+    assert response_fits(payload).fits[0] == (9, 3)
+
 def test_retransmitted_segments_change_nothing(tmp_path):
     """Every data segment sent again two packets later (the copy with that later time)."""
     pks = packets("confluent_codecs")

@@ -99,11 +99,14 @@ def field_role(field: dict, schema: str, top_level: bool) -> str | None:
     if type_ == "int16" and name in ("ApiKey", "RequestApiKey"):
         return "apiKey"
     # Values with a range on the wire, which rank the schemas that fit a response whose request was lost: a node
-    # id is -1 (none) or more in responses, a port -1 (none) to 65535, a name holds no control characters.
+    # id or an offset is -1 (none) or more in responses, a port -1 (none) to 65535, a name holds no control
+    # characters.
     if field.get("entityType") == "brokerId" and type_ in ("int32", "[]int32"):
         return "nodeId"
     if name == "Port" and type_ in ("int32", "uint16"):
         return "port"
+    if type_ in ("int64", "[]int64") and (name.endswith(("Offset", "Offsets")) or name.endswith("Watermark")):
+        return "offset"
     if (field.get("entityType") in NAME_ENTITIES and type_ in ("string", "[]string")) or \
             (name == "Host" and type_ == "string"):
         return "name"

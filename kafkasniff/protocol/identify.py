@@ -3,9 +3,9 @@
 Used by `explain` on a hex dump and by pairing for responses whose request was
 not captured. A candidate counts only if its schema consumes the bytes exactly;
 among several, the least suspicious wins (fewest values no broker sends: error
-codes Kafka does not define, negative throttle times, node ids below -1, ports
-outside -1..65535, names with control characters; illegal nulls and unknown
-tags), then the one the connection's requests make likeliest (_screening_order),
+codes Kafka does not define, negative throttle times, node ids and offsets below
+-1, ports outside -1..65535, names with control characters; illegal nulls and
+unknown tags), then the one the connection's requests make likeliest (_screening_order),
 then the lowest API key and version.
 """
 

@@ -10,21 +10,23 @@
 #include "walk.h"
 
 /* Whether a broker would never send this fixed-width value where its role is: an error code Kafka does not define,
- * a negative throttle time, a node id below -1 (none), a port outside -1 (none) to 65535. 1 or 0; -1 with a Python
- * error. (ReplicaId -2, a debugging consumer, is a request's: only responses are ranked.) */
+ * a negative throttle time, a node id or an offset below -1 (none), a port outside -1 (none) to 65535. 1 or 0; -1
+ * with a Python error. (ReplicaId -2, a debugging consumer, is a request's: only responses are ranked.) */
 static int fixed_implausible(int kind, int role, const uint8_t *p) {
-    int64_t value = fixed_value(kind, p);
     switch (role) {
     case R_ERROR_CODE: {
-        int known = error_code_known(value);
+        int known = error_code_known(fixed_value(kind, p));
         return known < 0 ? -1 : !known;
     }
     case R_THROTTLE_TIME:
-        return value < 0;
+        return fixed_value(kind, p) < 0;
     case R_NODE_ID:
-        return value < -1;
-    case R_PORT:
-        return value < -1 || value > 65535;
+    case R_OFFSET:
+        return fixed_value(kind, p) < -1;
+    case R_PORT: {
+        int64_t port = fixed_value(kind, p);
+        return port < -1 || port > 65535;
+    }
     }
     return 0;
 }

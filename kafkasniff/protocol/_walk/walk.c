@@ -10,7 +10,7 @@ const char *const kind_text[K_COUNT] = {"bool", "int8", "int16", "uint16", "int3
 const char *const role_text[R_COUNT] = {
     "none", "errorCode", "topicName", "topicId", "partition", "records", "throttleTimeMs", "acks", "correlationId",
     "clientId", "protocolType", "consumerSubscription", "consumerAssignment", "authBytes", "controlType", "apiKey",
-    "checksum", "timestamp", "nodeId", "port", "name"};
+    "checksum", "timestamp", "nodeId", "port", "name", "offset"};
 
 static PyObject *hooks[H_COUNT];
 
