@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Consumer groups from the wire: per group, a timeline of generations.
 
 Classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit): a generation is formed by the

@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Produce-to-fetch latency: how long a record took from its producer to each consumer, per topic.
 
 A Produce response gives the offset of the first record of each partition's batch in its request; a batch's
