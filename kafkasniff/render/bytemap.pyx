@@ -18,10 +18,10 @@ from typing import Callable, Iterator, NamedTuple
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
-
-from kafkasniff.render.fieldslots cimport FieldObject, slot
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.string cimport memcpy, memset
+
+from kafkasniff.render.fieldslots cimport FieldObject, slot
 from rich.cells import cell_len
 
 from kafkasniff.protocol._walk import FieldBase
@@ -40,20 +40,18 @@ cdef extern from "Python.h":
 cdef type _FieldBase = FieldBase  # checked for every field: a C reference, not a global looked up by name
 
 
-# Containers whose children are decoded from other bytes (decompressed records):
-# their offsets do not point into the frame, so the container is one opaque row.
-DETACHED_TYPES = frozenset({DECOMPRESSED_RECORDS, DECOMPRESSED_MESSAGES})
-
-cdef dict _PREFIX_LABELS = {"tagged_fields": "tag count / tag header", "records": "length prefix"}
 TABLE_HEADER = ("offset", "bytes", "field", "type", "value")
 HEX_SHOWN = 8  # bytes of a row shown in the bytes column unless every byte is asked for
+_SECRET_BYTE = "••"  # a secret's byte in the bytes column (its value: MASK)
+_TOKEN_VALUE = "length prefix or token syntax"  # a SASL token's own bytes
 # What the rows look up for every field, as C values and references (not as the module's globals, by name)
 cdef Py_ssize_t _HEX_SHOWN = HEX_SHOWN
-cdef frozenset _DETACHED = DETACHED_TYPES
+# Containers whose children are decoded from other bytes (decompressed records): their offsets do not point into
+# the frame, so the container is one opaque row.
+cdef frozenset _DETACHED = frozenset({DECOMPRESSED_RECORDS, DECOMPRESSED_MESSAGES})
+cdef dict _PREFIX_LABELS = {"tagged_fields": "tag count / tag header", "records": "length prefix"}
 cdef str _SECRET = SECRET, _TOKEN = TOKEN, _BITS = "bits"
 cdef object _show_value = show_value
-SECRET_BYTE = "••"  # ... and each of its bytes
-TOKEN_VALUE = "length prefix or token syntax"
 _MORE = " …"  # after the bytes of a row that shows only its first ones
 
 
@@ -107,7 +105,7 @@ cdef class RowCursor:
     cdef Py_ssize_t path_capacity
     cdef bint size_done, tail_done
     # the current row
-    cdef public Py_ssize_t offset, length
+    cdef Py_ssize_t offset, length
     cdef int kind
     cdef FieldObject *field
     cdef Py_ssize_t path_len
@@ -357,7 +355,7 @@ cdef Py_ssize_t _text_width(str text) except -1:
     return n if _plain(p, n) else cell_len(text)
 
 
-cdef Py_ssize_t SECRET_BYTE_WIDTH = cell_len(SECRET_BYTE), _MORE_WIDTH = cell_len(_MORE)
+cdef Py_ssize_t _SECRET_BYTE_WIDTH = cell_len(_SECRET_BYTE), _MORE_WIDTH = cell_len(_MORE)
 cdef bytes _HEX_DIGITS = b"0123456789abcdef"
 
 
@@ -402,7 +400,7 @@ cdef class _Table:
     cdef Py_ssize_t hex_width(self, RowCursor row, bint masked):
         cdef Py_ssize_t shown = self.shown(row), cells
         if masked:
-            cells = shown * SECRET_BYTE_WIDTH + (shown - 1 if shown else 0)
+            cells = shown * _SECRET_BYTE_WIDTH + (shown - 1 if shown else 0)
         else:  # the bytes the frame has of them
             cells = min(row.offset + shown, self.frame_end()) - row.offset
             cells = 3 * cells - 1 if cells > 0 else 0
@@ -416,7 +414,7 @@ cdef class _Table:
             for i in range(shown):
                 if i:
                     _put(o, " ", 1)
-                _put_text(o, SECRET_BYTE)
+                _put_text(o, _SECRET_BYTE)
         else:
             stop = min(row.offset + shown, self.frame_end())
             _reserve(o, 3 * (stop - row.offset))
@@ -436,7 +434,7 @@ cdef class _Table:
         if masked:
             return MASK
         if type_text == _TOKEN:
-            return TOKEN_VALUE
+            return _TOKEN_VALUE
         return row.value(self.limit, _show_value)
 
 
