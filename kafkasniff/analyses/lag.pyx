@@ -249,22 +249,31 @@ cdef class LagTracker:
         return session
 
     cdef void _produce(self, s) except *:
-        names = self.topic_names
-        _, sent = partitions(s.request, names)
-        _, answered = partitions(s, names)
-        sent_with_batches = {(p.topic, p.partition): p for p in sent if p.batches}
-        for p in answered:
-            base_offset = p.facts.get("base_offset", -1)
-            request_partition = sent_with_batches.get((p.topic, p.partition))
-            if p.facts.get("error_code") or base_offset < 0 or request_partition is None:
+        # Once per Produce response: compiled over the partitions' tuples, as _fetch is (wire.partitions' named
+        # tuples and sums of generators cost more than the rest).
+        cdef dict by_id = self.topic_names.by_id
+        cdef dict sent = {}  # (topic, partition) -> (facts, batches) of the request's partitions with batches
+        cdef dict facts
+        asked = s.request
+        for topic, topic_id, partition, facts, batches in asked.partitions:
+            if batches:
+                sent[topic if topic is not None else by_id.get(topic_id, topic_id), partition] = (facts, batches)
+        for topic, topic_id, partition, facts, _ in s.partitions:
+            if topic is None:
+                topic = by_id.get(topic_id, topic_id)
+            base_offset = facts.get("base_offset", -1)
+            request_partition = sent.get((topic, partition))
+            if facts.get("error_code") or base_offset < 0 or request_partition is None:
                 continue
-            sent_batches = request_partition.batches
-            offsets = sum(batch[1] + 1 for batch in sent_batches)
-            self.end_offset(p.topic, p.partition, base_offset + offsets, s.ts)
-            self.latency.produce(p.topic, p.partition, base_offset, sent_batches, s.request.ts)
-            self._traffic(p.topic, p.partition).produced(
-                base_offset, base_offset + offsets - 1, sum(batch[2] for batch in sent_batches),
-                request_partition.facts.get("records_bytes", 0), s.request.ts)
+            sent_facts, sent_batches = request_partition
+            offsets = records = 0
+            for batch in sent_batches:
+                offsets += batch[1] + 1
+                records += batch[2]
+            self.end_offset(topic, partition, base_offset + offsets, s.ts)
+            self.latency.produce(topic, partition, base_offset, sent_batches, asked.ts)
+            self._traffic(topic, partition).produced(base_offset, base_offset + offsets - 1, records,
+                                                     sent_facts.get("records_bytes", 0), asked.ts)
 
     cdef void _list_offsets(self, s) except *:
         names = self.topic_names
