@@ -21,7 +21,7 @@ from kafkasniff.analyses.groups import GroupTracker, named
 from kafkasniff.analyses.insight import Insight
 from kafkasniff.capture.files import open_capture
 from kafkasniff.cli import main
-from kafkasniff.analyses.wire import FACTS_READ, plain_seen, seen, seen_from_plain
+from kafkasniff.analyses.wire import FACTS_READ, REQUESTS_READ_ALONE, PlainSeens, plain_seen, seen
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 
@@ -302,22 +302,36 @@ def test_each_partitions_traffic():
 
 @pytest.mark.parametrize("name", capture_names())
 def test_what_is_sent_to_the_analyses_is_what_they_read_in_one_process(name):
-    """A worker's (or Spark task's) plain_seen, marshalled and read back (seen_from_plain), is the Seen one process
-    makes of the same message: bodies sent as their JSON text, facts only those the analyses read."""
-    with open_capture(load_capture(name).pcap) as reader:
-        events = [ev for ev in Analyzer(()).run(reader.segments()) if type(ev) is MessageEvent]
-    read = 0
-    for ev in events:
+    """A worker's (or Spark task's) plain_seen, marshalled and read back in capture order (PlainSeens), is the Seen
+    one process makes of the same message: bodies sent as their JSON text, facts only those the analyses read. The
+    body of a request read alone is read once: its response's request holds the same dict."""
+    runs = []
+    for _ in range(2):  # a run for each: a request read alone keeps what was read of it for its response
+        with open_capture(load_capture(name).pcap) as reader:
+            runs.append([ev for ev in Analyzer(()).run(reader.segments()) if type(ev) is MessageEvent])
+    events, events_plain = runs
+    read = shared = 0
+    requests_read_alone = {}  # request event -> its Seen read back
+    plain_seens = PlainSeens()
+    for ev, ev_plain in zip(events, events_plain, strict=True):
+        plain = plain_seen(ev_plain, ev.conn.stream)
         expected = seen(ev, ev.conn.stream)
-        plain = plain_seen(ev, ev.conn.stream)
         if expected is None:
             assert plain is None
             continue
         read += 1
-        assert seen_from_plain(marshal.loads(marshal.dumps(plain))) == expected
+        got = plain_seens.seen(marshal.loads(marshal.dumps(plain)))
+        assert got == expected
         for facts in [expected.root, *(p[3] for p in expected.partitions)]:
             assert set(facts) <= FACTS_READ
+        if ev.message.kind == "request" and ev.message.api_key in REQUESTS_READ_ALONE and got.body is not None:
+            requests_read_alone[ev] = got
+        elif ev.request in requests_read_alone and got.request is not None:
+            assert got.request.body is requests_read_alone.pop(ev.request).body
+            shared += 1
     assert read
+    if any(ev.message.api_key in REQUESTS_READ_ALONE and ev.request is not None for ev in events):
+        assert shared
 
 
 def test_the_facts_lag_reads_are_the_facts_made():

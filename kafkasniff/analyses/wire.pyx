@@ -7,7 +7,7 @@ more than a few small ones), and the (topic id, name) pairs it teaches.
 A Seen is made once per message, where it is decoded, and holds plain values only: `seen` where the analyses run
 in the same process, `plain_seen` where it is sent to them (a parallel decode's workers, the Spark pipeline's
 decode tasks, which carry them to the one task that runs the analyses over the whole capture: pipeline.analysis),
-and `seen_from_plain` there.
+and `PlainSeens` there.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def seen(MessageEvent ev, connection=None):
 cpdef tuple plain_seen(MessageEvent ev, connection):
     """What `seen` reads of the message as plain tuples (its request and client end too; bodies as their JSON
     text), or None: made where the message is decoded (a parallel decode's workers, the Spark decode tasks) and
-    sent, marshalled, to where the analyses run, which make the Seen of it (seen_from_plain). orjson reads a body's
+    sent, marshalled, to where the analyses run, which make the Seen of it (PlainSeens). orjson reads a body's
     text back in less than half the time marshal takes to read the same dicts, and the worker does not make
     them."""
     return _seen_values(ev, connection, True)
@@ -113,12 +113,14 @@ cdef tuple _seen_values(MessageEvent ev, connection, bint plain):
     body, root, found = _read(ev, plain) if read else _NOTHING_READ
     if not is_response:
         client_id, asked = m.client_id, None
+        if read:  # a request read alone: its response reads it again (_request_read)
+            ev.analysed = (plain, (body, root, found))
     elif request is None:
         client_id, asked = None, None
     else:
         client_id = request.message.client_id
         if read:
-            asked = (request.ts, *_read(request, plain))
+            asked = (request.ts, *_request_read(request, plain))
             if not plain:
                 asked = _new(Asked, asked)
         else:
@@ -129,14 +131,44 @@ cdef tuple _seen_values(MessageEvent ev, connection, bint plain):
             pairs, asked)
 
 
-def seen_from_plain(tuple plain):
-    """The Seen of what plain_seen gave."""
-    # Every value named (no slices to unpack): it runs once per Seen where the analyses run, a parallel decode's
-    # merging thread or the Spark task of the whole capture.
-    cdef tuple request = plain[12]
-    asked = None if request is None else _new(Asked, (request[0], _body(request[1]), request[2], request[3]))
-    return _new(Seen, (plain[0], plain[1], plain[2], plain[3], plain[4], plain[5], plain[6], plain[7],
-                       _body(plain[8]), plain[9], plain[10], plain[11], asked))
+cdef class PlainSeens:
+    """Makes the Seens of plain_seen's tuples, given in capture order (a parallel decode's merging thread, the Spark
+    task of the whole capture). A request read alone (a group API's) comes before its response, whose request
+    carries the same body text: it is read once."""
+
+    cdef dict _requests  # body text of a request read alone -> the body, until its response comes
+
+    def __cinit__(self):
+        self._requests = {}
+
+    def seen(self, tuple plain):
+        """The Seen of what plain_seen gave."""
+        # Every value named (no slices to unpack): it runs once per Seen where the analyses run.
+        cdef tuple request = plain[12]
+        text = plain[8]
+        body = _body(text)
+        if request is None:
+            if body is not None and plain[4] == "request":
+                self._keep(text, body)
+            asked = None
+        else:
+            asked_text = request[1]
+            asked_body = self._requests.pop(asked_text, None) if asked_text is not None else None
+            if asked_body is None:
+                asked_body = _body(asked_text)
+            asked = _new(Asked, (request[0], asked_body, request[2], request[3]))
+        return _new(Seen, (plain[0], plain[1], plain[2], plain[3], plain[4], plain[5], plain[6], plain[7],
+                           body, plain[9], plain[10], plain[11], asked))
+
+    cdef void _keep(self, text, body) except *:
+        self._requests[text] = body
+        if len(self._requests) > MAX_WAITING_REQUESTS:  # requests whose response was not captured: the oldest go
+            del self._requests[next(iter(self._requests))]
+
+
+# Requests read alone whose bodies wait for their responses, at most (a group API's response comes within a
+# rebalance's time: hundreds at once in a busy capture).
+MAX_WAITING_REQUESTS = 10_000
 
 
 cdef object _body(text):
@@ -149,6 +181,17 @@ _new = tuple.__new__
 _NONE: tuple = ()
 _NO_FACTS: dict = {}
 _NOTHING_READ = (None, _NO_FACTS, _NONE)
+
+
+cdef tuple _request_read(MessageEvent request, bint plain):
+    """What _read gives of a response's request: what its own Seen read, when it was read alone (once: it has one
+    response), else read now."""
+    kept = request.analysed
+    if kept is not None:
+        request.analysed = None
+        if kept[0] == plain:
+            return kept[1]
+    return _read(request, plain)
 
 
 cdef tuple _read(MessageEvent ev, bint plain):

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafkasniff.analyses.insight import Insight
-from kafkasniff.analyses.wire import seen_from_plain
+from kafkasniff.analyses.wire import PlainSeens
 from kafkasniff.pipeline.tables import GROUPS, PARTITIONS
 from kafkasniff.pipeline.writing import output_fs, write_rows
 
@@ -82,7 +82,8 @@ def analyse(staged: list[str], out: str) -> dict[str, int]:
     partitions tables and returns the rows written to each."""
     filesystem, _ = output_fs(out)
     insight = Insight(samples=False)
+    plain = PlainSeens()
     for *_, staged_seen in heapq.merge(*(_staged_rows(filesystem, path) for path in staged)):
-        insight.take(seen_from_plain(marshal.loads(staged_seen)))
+        insight.take(plain.seen(marshal.loads(staged_seen)))
     return {GROUPS.name: write_rows(GROUPS, insight.group_rows(), out),
             PARTITIONS.name: write_rows(PARTITIONS, insight.partition_rows(), out)}

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from kafkasniff.analyses.histogram import PERCENTILES, LatencyHistogram
 from kafkasniff.analyses.insight import Insight
-from kafkasniff.analyses.wire import plain_seen, seen, seen_from_plain
+from kafkasniff.analyses.wire import PlainSeens, plain_seen, seen
 from kafkasniff.protocol.schema import apis
 from kafkasniff.render.values import error_names
 from kafkasniff.protocol.messages cimport Message
@@ -85,6 +85,7 @@ cdef class Stats:
     cdef public long long sasl_tokens
     cdef public long long message_bytes  # bytes["messages"], kept apart
     cdef public object notices, bytes, insight
+    cdef object _plain  # PlainSeens: a worker's plain_seen tuples -> Seens
 
     def __init__(self) -> None:
         self.apis = {}  # ApiStats by API key
@@ -95,6 +96,7 @@ cdef class Stats:
         self.notices = Counter()
         self.bytes = Counter()  # by kind (BYTE_KINDS), but messages (message_bytes)
         self.insight = Insight(samples=False)  # consumer lag and produce-to-fetch latency
+        self._plain = PlainSeens()
 
     def observe(self, ev, topics: dict[str, list] | None = None) -> None:
         """Count one event; `topics` maps each topic the message is about to [records carried, partitions]."""
@@ -112,11 +114,11 @@ cdef class Stats:
             self._count_topics(facts[2], facts[3], topics)
             read = item[2]
             if read is not None:  # a Seen, or plain_seen's tuples from a worker (--topic: counted in order)
-                self.insight.take(seen_from_plain(read) if type(read) is tuple else read)
+                self.insight.take(self._plain.seen(read) if type(read) is tuple else read)
         elif kind == _LEFT:
             self._count_topics(item[1], item[2], topics)
             if item[3] is not None:
-                self.insight.take(seen_from_plain(item[3]))
+                self.insight.take(self._plain.seen(item[3]))
         elif kind == _SASL_TOKEN:
             self.sasl_tokens += 1
             self.bytes["sasl_tokens"] += <long long>item[1]
