@@ -177,6 +177,15 @@ def test_wanted_facts_of_a_real_fetch_response_and_a_wrong_kind_of_names():
     assert sorted(partitions) == [("group-topic", None, p, {"high_watermark": 2, "records_bytes": size},
                                    [(0, 1, 2, False, 1795421628057)]) for p, size in ((0, 633), (1, 145), (2, 197))]
     assert partition_facts(msg, payload, frozenset()) == ({}, [(t, i, p, {}, b) for t, i, p, _, b in partitions])
+    # The program remembers which names a frozenset keeps (per set: asked anew for another); a set may change
+    # between calls, so it is asked every time.
+    assert partition_facts(msg, payload, frozenset({"high_watermark", "records_bytes", "session_id"})) == \
+        (root, partitions)
+    changing = {"session_id"}
+    assert partition_facts(msg, payload, changing)[0] == {"session_id": 0}
+    changing.discard("session_id")
+    changing.add("throttle_time_ms")
+    assert partition_facts(msg, payload, changing)[0] == {"throttle_time_ms": 0}
     with pytest.raises(TypeError, match="wanted must be a set"):
         partition_facts(msg, payload, ["records_bytes"])
 

@@ -33,6 +33,7 @@ typedef struct {
 
 typedef struct {
     PyObject *wanted;     /* the set of fact names to keep, or NULL for all (borrowed) */
+    int memo;             /* wanted is a frozenset: the program's memo of it can be trusted (kept_unnested) */
     PyObject *root;       /* the root struct's facts, once it ends */
     PyObject *partitions; /* the result list */
     PyObject *held;       /* keeps topic values alive */
@@ -104,13 +105,47 @@ static int set_fact(Facts *f, PyObject *key, PyObject *value) {
     return failed;
 }
 
+/* Whether `wanted` (a frozenset) keeps the fact of a field outside nested structs (1, 0, -1 on a failure), from
+ * the program's memo (made anew for another set): most fields a walk reads are such, and few are kept. */
+static int kept_unnested(Walker *w, Facts *f, int name) {
+    Program *prog = (Program *)w->prog; /* its memo only: the walk reads nothing of it */
+    if (prog->facts_for != f->wanted) {
+        Py_ssize_t names = PyTuple_GET_SIZE(prog->keys);
+        signed char *kept = PyMem_Realloc(prog->facts_kept, names ? names : 1);
+        if (kept == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memset(kept, -1, names);
+        prog->facts_kept = kept;
+        Py_XSETREF(prog->facts_for, Py_NewRef(f->wanted));
+    }
+    if (prog->facts_kept[name] < 0) {
+        PyObject *snake = snake_name(w, name);
+        int keep = wanted(f, snake);
+        Py_XDECREF(snake);
+        if (keep < 0)
+            return -1;
+        prog->facts_kept[name] = (signed char)keep;
+    }
+    return prog->facts_kept[name];
+}
+
 /* Keeps the fact a fixed-width field gives, if it is wanted: its value is made only then. */
 static int add_fact(Walker *w, Facts *f, int name, int kind, int64_t value) {
-    PyObject *key = fact_key(w, f, name);
-    int keep = wanted(f, key);
-    if (keep <= 0) {
-        Py_XDECREF(key);
-        return keep;
+    PyObject *key;
+    if (f->memo && top(f)->prefix == NULL) {
+        int keep = kept_unnested(w, f, name);
+        if (keep <= 0)
+            return keep;
+        key = snake_name(w, name);
+    } else {
+        key = fact_key(w, f, name);
+        int keep = wanted(f, key);
+        if (keep <= 0) {
+            Py_XDECREF(key);
+            return keep;
+        }
     }
     return set_fact(f, key, kind == K_BOOL ? PyBool_FromLong(value != 0) : PyLong_FromLongLong(value));
 }
@@ -324,6 +359,7 @@ PyObject *partition_facts(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Facts f;
     f.wanted = wanted_names == Py_None ? NULL : wanted_names;
+    f.memo = f.wanted != NULL && PyFrozenSet_Check(f.wanted);
     f.root = NULL;
     f.depth = 0;
     f.partitions = PyList_New(0);

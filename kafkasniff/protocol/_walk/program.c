@@ -98,6 +98,8 @@ static int check_ops(const Program *p, Py_ssize_t at, Py_ssize_t stop, int depth
 static void program_dealloc(Program *self) {
     PyMem_Free(self->ops);
     PyMem_Free((void *)self->texts);
+    PyMem_Free(self->facts_kept);
+    Py_XDECREF(self->facts_for);
     Py_XDECREF(self->names);
     Py_XDECREF(self->keys);
     Py_TYPE(self)->tp_free((PyObject *)self);

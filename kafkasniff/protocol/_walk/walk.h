@@ -60,6 +60,10 @@ typedef struct {
     PyObject *keys;       /* tuple of bytes: each name as a JSON key, '"snake_case":' */
     const char **texts;   /* UTF-8 of each name, for reasons */
     int root_name, root_type;
+    /* partitions.c's memo: whether the `wanted` set facts_for (held) keeps the fact of each name outside nested
+       structs (1 kept, 0 not, -1 not asked yet): the set is asked once per name, not once per field read */
+    PyObject *facts_for;
+    signed char *facts_kept;
 } Program;
 
 extern PyTypeObject ProgramType, FieldBaseType;
