@@ -19,6 +19,7 @@ import orjson
 from kafkasniff.protocol.messages cimport Message
 from kafkasniff.protocol.messages import json_body, partition_facts
 from kafkasniff.protocol.topics import TopicNames
+from kafkasniff.stream.namedtuples cimport named_tuple
 from kafkasniff.stream.session cimport MessageEvent
 
 PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 8, 9
@@ -82,7 +83,7 @@ def seen(MessageEvent ev, connection=None):
     """What the analyses read of the message (a Seen); None when they read nothing of it. `connection`: the
     connection's identity (default: ev.conn)."""
     values = _seen_values(ev, connection, False)
-    return _new(Seen, values) if values is not None else None
+    return named_tuple(Seen, values) if values is not None else None
 
 
 cpdef tuple plain_seen(MessageEvent ev, connection):
@@ -122,7 +123,7 @@ cdef tuple _seen_values(MessageEvent ev, connection, bint plain):
         if read:
             asked = (request.ts, *_request_read(request, plain))
             if not plain:
-                asked = _new(Asked, asked)
+                asked = named_tuple(Asked, asked)
         else:
             asked = None
     client = ev.conn.client
@@ -156,8 +157,8 @@ cdef class PlainSeens:
             asked_body = self._requests.pop(asked_text, None) if asked_text is not None else None
             if asked_body is None:
                 asked_body = _body(asked_text)
-            asked = _new(Asked, (request[0], asked_body, request[2], request[3]))
-        return _new(Seen, (plain[0], plain[1], plain[2], plain[3], plain[4], plain[5], plain[6], plain[7],
+            asked = named_tuple(Asked, (request[0], asked_body, request[2], request[3]))
+        return named_tuple(Seen, (plain[0], plain[1], plain[2], plain[3], plain[4], plain[5], plain[6], plain[7],
                            body, plain[9], plain[10], plain[11], asked))
 
     cdef void _keep(self, text, body) except *:
@@ -175,9 +176,8 @@ cdef object _body(text):
     return orjson.loads(text) if text is not None else None
 
 
-# A Seen is made for most messages of `--stats` and `lag`: made as tuples are, without the named tuple's Python
-# constructor; what it holds is never changed, so the empty parts can be shared.
-_new = tuple.__new__
+# A Seen is made for most messages of `--stats` and `lag` (named_tuple: without the named tuple's Python
+# constructor); what it holds is never changed, so the empty parts can be shared.
 _NONE: tuple = ()
 _NO_FACTS: dict = {}
 _NOTHING_READ = (None, _NO_FACTS, _NONE)
@@ -213,7 +213,7 @@ def partitions(s: Seen | Asked | None, names: TopicNames) -> tuple[dict, list[Pa
     if s is None:
         return {}, []
     by_id = names.by_id
-    return s.root, [_new(Partition, (topic if topic is not None else by_id.get(topic_id, topic_id), partition,
+    return s.root, [named_tuple(Partition, (topic if topic is not None else by_id.get(topic_id, topic_id), partition,
                                      facts, batches))
                     for topic, topic_id, partition, facts, batches in s.partitions]
 

@@ -38,6 +38,7 @@ from kafkasniff.stream.session import endpoint_text
 
 from kafkasniff.pipeline.rows cimport RecordColumns, message_row, micros
 from kafkasniff.protocol.messages cimport Message
+from kafkasniff.stream.namedtuples cimport named_tuple
 from kafkasniff.stream.session cimport KafkaConnection, MessageEvent
 
 _CONNECTION_NAMES = CONNECTIONS.raw_names
@@ -49,9 +50,8 @@ RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_seen", pa.
                               ("first_index", pa.int64()), ("topic_id", pa.string()), ("topic_name", pa.string()),
                               ("table_name", pa.string()), ("staged", pa.string()), ("rows", pa.int64())])
 
-# Segments and TCP events are named tuples, made and read here as tuples: a named tuple's constructor and its
-# attributes are Python calls.
-cdef object _new = tuple.__new__
+# Segments and TCP events are named tuples, made (named_tuple) and read here as tuples: a named tuple's constructor
+# and its attributes are Python calls.
 cdef object _StreamData = tcp.StreamData, _ConnectionOpened = tcp.ConnectionOpened, _Gap = tcp.Gap
 cdef object _StreamEnd = tcp.StreamEnd
 cdef int _BOTH = tcp.BOTH
@@ -293,7 +293,7 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
                     first, second = key_endpoints(key)
                     same_time = []
                 src, dst = (first, second) if row[4] else (second, first)
-                seg = _new(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7], row[8], row[9]))
+                seg = named_tuple(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7], row[8], row[9]))
                 if not same_time or ts != last_ts:
                     last_ts = ts
                     same_time = [(seg, file)]

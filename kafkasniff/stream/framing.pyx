@@ -24,6 +24,8 @@ from typing import NamedTuple
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memchr, memcpy
 
+from kafkasniff.stream.namedtuples cimport named_tuple
+
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024
 MIN_FRAME = 4  # a response header alone is 4 bytes
 MAX_WAITING = 1024  # candidates a framer out of sync keeps waiting for their bytes
@@ -143,7 +145,7 @@ cdef class Framer:
         self.buf_offset += take
         if self.filled < size:
             return b""
-        self.out.append(tuple.__new__(Frame, (self.filling, self.filling_offset, ts, self.filling_first_ts)))
+        self.out.append(named_tuple(Frame, (self.filling, self.filling_offset, ts, self.filling_first_ts)))
         self.filling = None
         return data[take:] if take < n else b""
 
@@ -169,7 +171,7 @@ cdef class Framer:
             size = int32_at(p + pos)
             if size < self.min_frame or size > self.max_frame or n - pos - 4 < size:
                 break
-            out.append(tuple.__new__(Frame, (PyBytes_FromStringAndSize(<const char*>p + pos + 4, size),
+            out.append(named_tuple(Frame, (PyBytes_FromStringAndSize(<const char*>p + pos + 4, size),
                                              base + pos, ts, ts)))
             pos += 4 + size
         self.buf_offset += pos

@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 from kafkasniff.capture.packets import ACK, FIN, RST, SYN, TcpSegment
 
+from kafkasniff.stream.namedtuples cimport named_tuple
+
 A_TO_B, B_TO_A, BOTH = 0, 1, 2
 
 END_FIN = "fin"
@@ -94,8 +96,8 @@ class LateData(NamedTuple):
 
 
 Event = ConnectionOpened | StreamData | Gap | StreamEnd | LateData
-# Here they are made with tuple.__new__(Kind, values): a named tuple's own constructor is a Python function, a
-# call of which costs more than the rest of an in-order segment's handling.
+# Here they are made with named_tuple(Kind, values) (namedtuples.pxd): a named tuple's own constructor is a
+# Python function, a call of which costs more than the rest of an in-order segment's handling.
 
 _piece_start = itemgetter(0)
 
@@ -305,13 +307,13 @@ cdef class TcpReassembler:
         return events
 
     cdef tuple _open(self, tuple key, seg, list events):
-        sender, receiver = tuple.__new__(Endpoint, (seg.src, seg.sport)), tuple.__new__(Endpoint, (seg.dst, seg.dport))
+        sender, receiver = named_tuple(Endpoint, (seg.src, seg.sport)), named_tuple(Endpoint, (seg.dst, seg.dport))
         cdef int flags = seg.flags
         client = None
         if flags & F_SYN:
             client = receiver if flags & F_ACK else sender
         a, b = (receiver, sender) if client == receiver else (sender, receiver)
-        conn = tuple.__new__(TcpConnection, (self._next_stream, a, b))
+        conn = named_tuple(TcpConnection, (self._next_stream, a, b))
         self._next_stream += 1
         reverse = (key[2], key[3], key[0], key[1])
         keys = (key, reverse) if a == sender else (reverse, key)
@@ -321,7 +323,7 @@ cdef class TcpReassembler:
         self._table[keys[0]] = (state, A_TO_B)
         self._closed.pop(key, None)
         self._closed.pop(reverse, None)
-        events.append(tuple.__new__(ConnectionOpened, (conn, client, seg.ts)))
+        events.append(named_tuple(ConnectionOpened, (conn, client, seg.ts)))
         return state, (A_TO_B if a == sender else B_TO_A)
 
     cdef void _accept(self, conn, int direction, _HalfStream half, long long offset, bytes payload,
@@ -342,10 +344,10 @@ cdef class TcpReassembler:
             return
         if data_end > nxt:
             data = payload[nxt - offset:] if offset < nxt else payload
-            events.append(tuple.__new__(StreamData, (conn, direction, nxt, data, ts)))
+            events.append(named_tuple(StreamData, (conn, direction, nxt, data, ts)))
             nxt = data_end
         if end > nxt:
-            events.append(tuple.__new__(Gap, (conn, direction, nxt, end - nxt, ts)))
+            events.append(named_tuple(Gap, (conn, direction, nxt, end - nxt, ts)))
         half.next = end
 
     cdef void _insert(self, _HalfStream half, long long start, long long end, data, double ts):
@@ -395,10 +397,10 @@ cdef class TcpReassembler:
             released += 1
             data = piece[2]
             if data is None:  # bytes the capture cut: missing as of their segment's time
-                events.append(tuple.__new__(Gap, (conn, direction, nxt, end - nxt, piece[3])))
+                events.append(named_tuple(Gap, (conn, direction, nxt, end - nxt, piece[3])))
             else:
                 half.pending_bytes -= end - start
-                events.append(tuple.__new__(StreamData, (conn, direction, nxt, data[nxt - start:], piece[3])))
+                events.append(named_tuple(StreamData, (conn, direction, nxt, data[nxt - start:], piece[3])))
             nxt = end
         if released:
             del pending[:released]
@@ -411,7 +413,7 @@ cdef class TcpReassembler:
         after it in the stream is no older than the Gap."""
         first = half.pending[0]
         cdef long long hole_end = first[0]
-        events.append(tuple.__new__(Gap, (conn, direction, half.next, hole_end - half.next, first[3])))
+        events.append(named_tuple(Gap, (conn, direction, half.next, hole_end - half.next, first[3])))
         half.next = hole_end
         self._release(conn, direction, half, ts, events)
 
@@ -451,7 +453,7 @@ cdef class TcpReassembler:
     cdef void _end_direction_at_fin(self, _ConnectionState state, int direction, _HalfStream half, list events):
         if half.has_fin and not half.ended and half.next >= half.fin and not half.pending:
             half.ended = True
-            events.append(tuple.__new__(StreamEnd, (state.conn, direction, END_RST if state.reset else END_FIN,
+            events.append(named_tuple(StreamEnd, (state.conn, direction, END_RST if state.reset else END_FIN,
                                                     self._now)))
             if state.half(1 - direction).ended:
                 self._finish(state, END_RST if state.reset else END_FIN, events)
@@ -475,11 +477,11 @@ cdef class TcpReassembler:
                 self._skip_hole(conn, direction, half, now, events)
             if half.has_fin:
                 if half.fin > half.next:
-                    events.append(tuple.__new__(Gap, (conn, direction, half.next, half.fin - half.next, now)))
+                    events.append(named_tuple(Gap, (conn, direction, half.next, half.fin - half.next, now)))
                     half.next = half.fin
                 half.ended = True
-                events.append(tuple.__new__(StreamEnd, (conn, direction, END_RST if state.reset else END_FIN, now)))
-        events.append(tuple.__new__(StreamEnd, (conn, BOTH, reason, now)))
+                events.append(named_tuple(StreamEnd, (conn, direction, END_RST if state.reset else END_FIN, now)))
+        events.append(named_tuple(StreamEnd, (conn, BOTH, reason, now)))
         self._waiting.pop(state, None)
         for direction in range(2):
             key, half = state.keys[direction], state.half(direction)
@@ -517,7 +519,7 @@ cdef void _report_late(conn, int direction, long long base, long long end, long 
     cdef long long offset = end + (rel - SEQ_MOD if rel >= SEQ_HALF else rel)
     cdef long long start = max(offset, end)
     if offset + size > start:
-        events.append(tuple.__new__(LateData, (conn, direction, start, offset + size - start, ts)))
+        events.append(named_tuple(LateData, (conn, direction, start, offset + size - start, ts)))
 
 
 def _stream_number(_ConnectionState state):
