@@ -111,20 +111,11 @@ static int uvarint(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end,
     return 0;
 }
 
-/* A zig-zag varint of 32 bits; most record fields are one byte. */
-static int varint32(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int32_t *value) {
+/* A zig-zag varint of 32 bits longer than two bytes, or a broken one: kept out of line, so that the short
+ * ones (varint32 below) are read where they are needed, several times a record. */
+static __attribute__((noinline)) int varint32_long(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end,
+                                                   int32_t *value) {
     Py_ssize_t p = *pos;
-    if (p < end && b[p] < 0x80) {
-        *value = (int32_t)((b[p] >> 1) ^ -(b[p] & 1));
-        *pos = p + 1;
-        return 0;
-    }
-    if (end - p >= 2 && b[p + 1] < 0x80) { /* two bytes: the lengths of values of 64 to 8,191 bytes */
-        uint32_t u = (uint32_t)(b[p] & 0x7F) | (uint32_t)b[p + 1] << 7;
-        *value = (int32_t)((u >> 1) ^ -(u & 1));
-        *pos = p + 2;
-        return 0;
-    }
     u128 raw = 0;
     if (uvarint(w, b, &p, end, &raw) < 0)
         return -1;
@@ -137,6 +128,23 @@ static int varint32(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end
     *value = (int32_t)((u >> 1) ^ -(u & 1));
     *pos = p;
     return 0;
+}
+
+/* A zig-zag varint of 32 bits; most record fields are one byte. */
+static inline int varint32(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int32_t *value) {
+    Py_ssize_t p = *pos;
+    if (p < end && b[p] < 0x80) {
+        *value = (int32_t)((b[p] >> 1) ^ -(b[p] & 1));
+        *pos = p + 1;
+        return 0;
+    }
+    if (end - p >= 2 && b[p + 1] < 0x80) { /* two bytes: the lengths of values of 64 to 8,191 bytes */
+        uint32_t u = (uint32_t)(b[p] & 0x7F) | (uint32_t)b[p + 1] << 7;
+        *value = (int32_t)((u >> 1) ^ -(u & 1));
+        *pos = p + 2;
+        return 0;
+    }
+    return varint32_long(w, b, pos, end, value);
 }
 
 /* A zig-zag varlong; up to 70 bits on the wire, as Kafka's ten-byte varints allow. */
@@ -162,8 +170,8 @@ static int varlong(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end,
 }
 
 /* Bytes behind a zig-zag varint length (-1: null), as in record keys, values and headers. */
-static int varint_bytes(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, const uint8_t **data,
-                        Py_ssize_t *len) {
+static inline int varint_bytes(Walker *w, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, const uint8_t **data,
+                               Py_ssize_t *len) {
     Py_ssize_t start = *pos, p = start;
     int32_t n = 0;
     if (varint32(w, b, &p, end, &n) < 0)
