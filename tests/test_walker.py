@@ -289,3 +289,27 @@ def test_tree_text_hands_write_a_view_that_is_released_when_write_returns():
     assert all(type(view) is memoryview for view in kept)
     with pytest.raises(ValueError, match="released"):
         bytes(kept[0])
+
+
+def _value_around_the_widths(rng: random.Random, length: int) -> bytes:
+    """Printable ASCII of `length` bytes with perhaps a quote, a backslash or an unprintable byte at a random place:
+    the text builder scans values 16 and 8 bytes at a time and shows 64 characters, so lengths around those
+    and a mark at any place, first and last included, are where it could go wrong."""
+    data = bytearray(rng.choice(b"abc xyz{}:,0189") for _ in range(length))
+    for _ in range(rng.randint(0, 2)):
+        if length:
+            data[rng.randrange(length)] = rng.choice(b"'\"\\\t\x7f\x1f\x80\xc3")
+    return bytes(data)
+
+
+def test_record_keys_and_values_are_shown_as_values_shows_them():
+    from kafkasniff.protocol.encoder import encode_request
+    from kafkasniff.protocol.records_encoder import Record, encode_record_batch
+
+    rng = random.Random(13)
+    lengths = [n for n in range(0, 80)] + [127, 128, 129, 200]
+    records = [Record(_value_around_the_widths(rng, rng.choice(lengths)), _value_around_the_widths(rng, n),
+                      [("h", _value_around_the_widths(rng, rng.choice(lengths)))]) for n in lengths * 6]
+    frame = encode_request(0, 9, 6, "values", {"Acks": 1, "TimeoutMs": 1000, "TopicData": [
+        {"Name": "t", "PartitionData": [{"Index": 0, "Records": encode_record_batch(records)}]}]})
+    assert_builders_agree(frame[4:], None)
