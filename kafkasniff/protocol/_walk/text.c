@@ -32,14 +32,17 @@ typedef struct {
     Out *spans; /* int32 triples (start, end, style), positions in text; NULL: no styles wanted */
 } Writer;
 
-static int styled(Writer *wr, Py_ssize_t start, int style) {
+/* The small writers here and the line's (label_*, line_*, leaf*) are inline: each runs several times for
+ * every line, millions of lines in a records-heavy -V, and inlined, the lengths of the literal strings they
+ * write are known where they are called (no strlen, no memcpy call). */
+static inline int styled(Writer *wr, Py_ssize_t start, int style) {
     if (wr->spans == NULL || style == ST_NONE || wr->text->len == start)
         return 0;
     int32_t span[3] = {(int32_t)start, (int32_t)wr->text->len, style};
     return out_write(wr->spans, span, sizeof span);
 }
 
-static int put(Writer *wr, const char *s, Py_ssize_t n, int style) {
+static inline int put(Writer *wr, const char *s, Py_ssize_t n, int style) {
     Py_ssize_t start = wr->text->len;
     if (out_write(wr->text, s, n) < 0)
         return -1;
@@ -421,9 +424,9 @@ static const char *name_text(Walker *w, int name, Py_ssize_t index, char *buf, s
 }
 
 /* "name: value  type": the value is written by the caller between label_value and label_type. */
-static int label_name(Writer *wr, const char *name) { return PUT(wr, name, ST_BOLD); }
-static int label_value(Writer *wr) { return PUT(wr, ": ", ST_NONE); }
-static int label_type(Writer *wr, const char *type) {
+static inline int label_name(Writer *wr, const char *name) { return PUT(wr, name, ST_BOLD); }
+static inline int label_value(Writer *wr) { return PUT(wr, ": ", ST_NONE); }
+static inline int label_type(Writer *wr, const char *type) {
     Py_ssize_t start = wr->text->len;
     if (OUT_LIT(wr->text, "  ") < 0 || PUT(wr, type, ST_NONE) < 0)
         return -1;
@@ -999,7 +1002,7 @@ static int flush(Text *t) {
 }
 
 /* A line's start: the guides of its ancestors, and its own connector. */
-static int line_start(Text *t, int last) {
+static inline int line_start(Text *t, int last) {
     Writer wr = output(t);
     Py_ssize_t start = t->out.len;
     if (out_write(&t->out, t->prefix.data, t->prefix.len) < 0 ||
@@ -1008,7 +1011,7 @@ static int line_start(Text *t, int last) {
     return styled(&wr, start, ST_DIM);
 }
 
-static int line_end(Text *t) { return out_char(&t->out, '\n') < 0 ? -1 : flush(t); }
+static inline int line_end(Text *t) { return out_char(&t->out, '\n') < 0 ? -1 : flush(t); }
 
 /* Go one level down below a line drawn as last (or not); returns the prefix length to come back to. */
 static Py_ssize_t descend(Text *t, int last) {
@@ -1104,12 +1107,12 @@ static Level *top_level(Draw *d) { return &d->levels[d->depth - 1]; }
 /* Close the top level: the prefix goes back to what it was before the level's own line. */
 static void level_pop(Draw *d) { d->t->prefix.len = d->levels[--d->depth].prefix; }
 
-static int leaf(Text *t, int last, const char *name, const char *type) {
+static inline int leaf(Text *t, int last, const char *name, const char *type) {
     Writer wr = output(t);
     return line_start(t, last) < 0 || label_name(&wr, name) < 0 || label_value(&wr) < 0 ? -1 : 0;
 }
 
-static int leaf_end(Text *t, const char *type) {
+static inline int leaf_end(Text *t, const char *type) {
     Writer wr = output(t);
     return label_type(&wr, type) < 0 ? -1 : line_end(t);
 }
