@@ -181,19 +181,27 @@ static int put_repr(Writer *wr, const uint8_t *p, Py_ssize_t n, int limit) {
 /* Whether bytes are text a person can read: valid UTF-8, every character printable (or a tab or newline).
  * The whole value is looked at, nothing is allocated: a value can be megabytes long. `plain` says whether it
  * is printable ASCII only (no tabs or newlines either), which repr() shows as it is. */
+#ifdef __SSE2__
+/* Whether p[0:16] is printable ASCII: none below 0x20 as signed bytes (so no high bit), none 0x7F. */
+static inline int printable16(const uint8_t *p) {
+    __m128i x = _mm_loadu_si128((const __m128i *)p);
+    __m128i unprintable = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)), _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7F)));
+    return !_mm_movemask_epi8(unprintable);
+}
+#endif
+
 int readable_text(const uint8_t *p, Py_ssize_t n, int *plain) {
     const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
     *plain = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
 #ifdef __SSE2__
-        /* sixteen printable ASCII bytes at a time: none below 0x20 as signed bytes (so no high bit), none 0x7F */
-        const __m128i space = _mm_set1_epi8(0x20), del = _mm_set1_epi8(0x7F);
-        while (i + 16 <= n) {
-            __m128i x = _mm_loadu_si128((const __m128i *)(p + i));
-            if (_mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(x, space), _mm_cmpeq_epi8(x, del))))
-                break;
+        /* sixteen printable ASCII bytes at a time */
+        while (i + 16 <= n && printable16(p + i))
             i += 16;
-        }
+        /* fewer than 16 left: the last 16 bytes, some read already, say at once whether they are all printable
+         * (most values end so, and their last bytes are not read one by one) */
+        if (i < n && i + 16 > n && n >= 16 && printable16(p + n - 16))
+            break;
 #endif
         /* eight printable ASCII bytes at a time (the rest of them, or all without SSE2): no high bit, none
          * below 0x20, none at 0x7F */
