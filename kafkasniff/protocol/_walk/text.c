@@ -1365,6 +1365,24 @@ static int control_part(Draw *d, int last, const Span *span, const char *name, c
     return shown;
 }
 
+/* A record's key or value: a control record's as the fields of its schema when they read, else as bytes.
+ * Inline and called with the names written out, so that their lengths are known where they are written. */
+static inline int record_part(Draw *d, int last, const Span *span, const BatchHeader *h, const char *name,
+                              const uint8_t *data, Py_ssize_t len, int which, const char *kind) {
+    Text *t = d->t;
+    Writer wr = output(t);
+    if (h->attributes & 0x20) {
+        int shown = control_part(d, last, span, name, data, len, which, kind);
+        if (shown)
+            return shown < 0 ? -1 : 0;
+    }
+    return leaf(t, last, name, "bytes") < 0 ||
+                   (len < 0 ? PUT(&wr, "null", ST_NONE) : put_bytes(&wr, data, len, t->limit)) < 0 ||
+                   leaf_end(t, "bytes") < 0
+               ? -1
+               : 0;
+}
+
 static int record_lines(Draw *d, int last, const Span *span, const BatchHeader *h, const RecordInfo *r) {
     Text *t = d->t;
     Writer wr = output(t);
@@ -1386,22 +1404,10 @@ static int record_lines(Draw *d, int last, const Span *span, const BatchHeader *
     if (saved < 0)
         return -1;
     int headers = r->header_count;
-    const char *names[2] = {"key", "value"};
-    const uint8_t *data[2] = {r->key, r->value};
-    Py_ssize_t lens[2] = {r->key_len, r->value_len};
-    for (int k = 0; k < 2; k++) {
-        int is_last = k == 1 && headers == 0, shown = 0;
-        if (h->attributes & 0x20) {
-            shown = control_part(d, is_last, span, names[k], data[k], lens[k], k ? E_CONTROL_VALUE : E_CONTROL_KEY,
-                                 k ? "ControlRecordValue" : "ControlRecordKey");
-            if (shown < 0)
-                return -1;
-        }
-        if (!shown && (leaf(t, is_last, names[k], "bytes") < 0 ||
-                       (lens[k] < 0 ? PUT(&wr, "null", ST_NONE) : put_bytes(&wr, data[k], lens[k], t->limit)) < 0 ||
-                       leaf_end(t, "bytes") < 0))
-            return -1;
-    }
+    if (record_part(d, 0, span, h, "key", r->key, r->key_len, E_CONTROL_KEY, "ControlRecordKey") < 0 ||
+        record_part(d, headers == 0, span, h, "value", r->value, r->value_len, E_CONTROL_VALUE,
+                    "ControlRecordValue") < 0)
+        return -1;
     Py_ssize_t pos = r->headers_pos, key_at, value_at, key_len, value_len;
     const uint8_t *key, *value;
     for (int k = 0; k < headers; k++) {
