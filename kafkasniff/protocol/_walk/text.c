@@ -1019,7 +1019,14 @@ static inline int line_start(Text *t, int last) {
     return styled(&wr, start, ST_DIM);
 }
 
-static inline int line_end(Text *t) { return out_char(&t->out, '\n') < 0 ? -1 : flush(t); }
+/* flush's first tests, here: a line seldom completes a chunk, and the call cost more than the tests. */
+static inline int line_end(Text *t) {
+    if (out_char(&t->out, '\n') < 0)
+        return -1;
+    if (t->out.len < t->flush_at)
+        return PyErr_Occurred() ? -1 : 0;
+    return flush(t);
+}
 
 /* Go one level down below a line drawn as last (or not); returns the prefix length to come back to. */
 static Py_ssize_t descend(Text *t, int last) {
