@@ -401,6 +401,7 @@ static int batch_read(Reader *r, const Span *span, Py_ssize_t pos, Py_ssize_t en
         return -1;
     int64_t decoded = 0;
     PyObject *data = NULL; /* decompressed records: alive until the batch ends (a sink may hold a record) */
+    Span inner;            /* their span: alive as long (a sink may hold it, with the record) */
     if (r->full) {
         Py_ssize_t start = pos + BATCH_HEADER;
         int codec = h.attributes & 7;
@@ -417,7 +418,7 @@ static int batch_read(Reader *r, const Span *span, Py_ssize_t pos, Py_ssize_t en
                     r->sink->batch_records(w, r->state, span, NULL, start, end, problem, too_large) < 0)
                     return -1;
             } else {
-                Span inner = {(const uint8_t *)PyByteArray_AS_STRING(data), data, 1};
+                inner = (Span){(const uint8_t *)PyByteArray_AS_STRING(data), data, 1};
                 if (r->sink->batch_records(w, r->state, span, &inner, start, end, NULL, 0) < 0 ||
                     record_list(r, &inner, &h, 0, PyByteArray_GET_SIZE(data), &decoded) < 0) {
                     Py_DECREF(data);

@@ -1072,12 +1072,14 @@ static int draw(Walker *w, Text *t, const Text *src, int i, int last) {
 
 /* --- records, drawn as they are read ---------------------------------------------------------- */
 
-/* A record waits until the next item (or its list's end) says whether it was the last. */
+/* A record waits until the next item (or its list's end) says whether it was the last. Its span and batch
+ * header are records.c's, which stay until the batch ends (as the record's bytes do), and the batch's end
+ * draws what waits: they are pointed to, not copied for every record. */
 typedef struct {
     int waiting;
     int is_record;
-    Span span;
-    BatchHeader batch;
+    const Span *span;
+    const BatchHeader *batch;
     RecordInfo record;
     Py_ssize_t at;
     char reason[400];
@@ -1209,8 +1211,8 @@ static int pending_flush(Draw *d, int last) {
         return 0;
     p->waiting = 0;
     if (p->is_record)
-        return record_lines(d, last, &p->span, &p->batch, &p->record);
-    return malformed_line(d, last, &p->span, p->at, p->reason);
+        return record_lines(d, last, p->span, p->batch, &p->record);
+    return malformed_line(d, last, p->span, p->at, p->reason);
 }
 
 static int rt_malformed(Walker *w, void *st, const Span *span, Py_ssize_t start, Py_ssize_t end, Py_ssize_t at,
@@ -1219,7 +1221,7 @@ static int rt_malformed(Walker *w, void *st, const Span *span, Py_ssize_t start,
     if (top_level(d)->kind == LV_RECORDS) {
         if (pending_flush(d, 0) < 0)
             return -1;
-        d->pending = (Pending){.waiting = 1, .span = *span, .at = at};
+        d->pending = (Pending){.waiting = 1, .span = span, .at = at};
         snprintf(d->pending.reason, sizeof d->pending.reason, "%s", reason);
         return 0;
     }
@@ -1327,8 +1329,8 @@ static int rt_record(Walker *w, void *st, const Span *span, const BatchHeader *h
     Pending *p = &d->pending;
     p->waiting = 1;
     p->is_record = 1;
-    p->span = *span;
-    p->batch = *h;
+    p->span = span;
+    p->batch = h;
     p->record = *r;
     return 0;
 }
