@@ -151,9 +151,9 @@ def test_every_produced_record_is_matched_once_per_consumer_that_fetched_it():
         assert topic["records"] == len(load_capture(name).produced())
 
 
-def owner_from_scratch(tracker: GroupTracker, topic, partition, client, ip):
-    """What GroupTracker.owner answers, from every group's latest generation as it is now (the index it keeps is
-    remade only for the groups that changed)."""
+def index_from_scratch(tracker: GroupTracker) -> tuple[dict, dict]:
+    """The owners' index (Owners.by_partition, Owners.by_member) made anew from every group's latest generation as
+    it is now (the index GroupTracker keeps is remade only for the groups that changed)."""
     owners, members = {}, {}
     for group in tracker.groups.values():
         gen = group.latest
@@ -166,29 +166,30 @@ def owner_from_scratch(tracker: GroupTracker, topic, partition, client, ip):
             for name, numbers in (named(assignment, tracker.topic_names.by_id) or {}).items():
                 for number in numbers:
                     owners.setdefault((name, number, *who), set()).add(group.group_id)
-    found = owners.get((topic, partition, client, ip)) or members.get((client, ip))
-    return next(iter(found)) if found is not None and len(found) == 1 else None
+    return owners, members
 
 
 def test_the_group_a_fetch_counts_towards_follows_every_rebalance_of_every_group(monkeypatch):
-    """Five captures' six groups in one run, rebalancing in turn: at every fetched partition, the group owner names is
-    the one the groups' latest generations give, as if its index were made anew."""
-    answers = []
-    kept = GroupTracker.owner
+    """Five captures' six groups in one run, rebalancing in turn: whenever a consumer's Fetch response asks which
+    group its partitions are fetched for, the index that answers is the one the groups' latest generations give,
+    as if it were made anew; and fetches count towards every group."""
+    asked = []
+    kept = GroupTracker.owners
 
-    def checked(self, topic, partition, client, ip):
-        answers.append(kept(self, topic, partition, client, ip))
-        assert answers[-1] == owner_from_scratch(self, topic, partition, client, ip)
-        return answers[-1]
+    def checked(self):
+        index = kept(self)
+        asked.append(index)
+        assert (index.by_partition, index.by_member) == index_from_scratch(self)
+        return index
 
-    monkeypatch.setattr(GroupTracker, "owner", checked)
+    monkeypatch.setattr(GroupTracker, "owners", checked)
     found = Insight(samples=False)
     for name in [*REBALANCES, "consumer_group", "consumer_lag"]:
         with open_capture(load_capture(name).pcap) as reader:
             for ev in Analyzer(()).run(reader.segments()):
                 found.observe(ev)
     assert sorted(found.groups.groups) == ["kafkasniff-group", "lag-fast", "lag-slow", *sorted(REBALANCES_GROUPS)]
-    assert len(answers) == 478 and {answer for answer in answers if answer is not None} == set(found.groups.groups)
+    assert len(asked) == 274 and {p.group for p in found.lag.positions.values()} - {None} == set(found.groups.groups)
 
 
 def run(*args: str):

@@ -170,18 +170,33 @@ def short_id(member_id: str) -> str:
     return member_id if len(member_id) <= 12 else "…" + member_id[-8:]
 
 
+cdef class Owners:
+    """Which group a consumer's fetch is for (see `owner`), kept by GroupTracker (`owners`)."""
+
+    def __cinit__(self):
+        self.by_partition = {}
+        self.by_member = {}
+
+    cdef object owner(self, topic, partition, client, host_ip):
+        """The group a fetch of this partition by this client id from this host is for: the one whose latest
+        generation gives the partition to such a member; else (a member still fetching what a rebalance just
+        took from it) the one whose latest generation has such a member; None unless exactly one group does."""
+        # Compiled, a C call from lag's _fetch: it runs for every partition of a consumer's Fetch responses.
+        found = self.by_partition.get((topic, partition, client, host_ip)) or self.by_member.get((client, host_ip))
+        return next(iter(found)) if found is not None and len(found) == 1 else None
+
+
 class GroupTracker:
     """Feed it every MessageEvent in capture order (`observe`); `groups` has the timelines."""
 
     def __init__(self, topic_names: TopicNames | None = None):
         self.topic_names = topic_names or TopicNames()
         self.groups: dict[str, Group] = {}
-        # owner's index, remade for a group when a message may have changed its generation or assignment, not
+        # owners' index, remade for a group when a message may have changed its generation or assignment, not
         # whole: a consumer's Fetch follows nearly every rebalance, and the index is of every group of the capture
         # (1,000 groups rebalancing five times: `lag` took 17.8 s with the index remade whole, 0.68 s now)
-        self._owners: dict[tuple, set[str]] = {}   # (topic, partition, client id, ip) -> groups
-        self._members: dict[tuple, set[str]] = {}  # (client id, ip) -> groups
-        self._indexed: dict[str, tuple[set, set]] = {}  # group -> its keys in _owners and _members
+        self._owners = Owners()
+        self._indexed: dict[str, tuple[set, set]] = {}  # group -> its keys in the index's two dicts
         self._changed: set[str] = set()  # groups whose keys are to be remade
         self._named = 0  # topic ids named when the index was made (assignments by id are named anew)
 
@@ -440,10 +455,8 @@ class GroupTracker:
 
     # --- what other analyses ask -----------------------------------------------------------------
 
-    def owner(self, topic: str, partition: int, client: str | None, host_ip: str) -> str | None:
-        """The group a fetch of this partition by this client id from this host is for: the one whose latest
-        generation gives the partition to such a member; else (a member still fetching what a rebalance just
-        took from it) the one whose latest generation has such a member; None unless exactly one group does."""
+    def owners(self) -> Owners:
+        """The index that says which group a consumer's fetch is for (Owners.owner), as the capture stands now."""
         if len(self.topic_names.by_id) != self._named:  # an id named since: assignments by id read anew
             self._named = len(self.topic_names.by_id)
             self._changed.update(self.groups)
@@ -451,14 +464,13 @@ class GroupTracker:
             for group_id in self._changed:
                 self._index(group_id)
             self._changed.clear()
-        found = self._owners.get((topic, partition, client, host_ip)) or self._members.get((client, host_ip))
-        return next(iter(found)) if found is not None and len(found) == 1 else None
+        return self._owners
 
     def _index(self, group_id: str) -> None:
-        """Remake a group's keys in owner's index: its latest generation's members (client id, ip) and the
+        """Remake a group's keys in the owners' index: its latest generation's members (client id, ip) and the
         partitions assigned to each."""
         owner_keys, member_keys = self._indexed.pop(group_id, ((), ()))
-        for keys, index in ((owner_keys, self._owners), (member_keys, self._members)):
+        for keys, index in ((owner_keys, self._owners.by_partition), (member_keys, self._owners.by_member)):
             for key in keys:
                 index[key].discard(group_id)
                 if not index[key]:
@@ -474,7 +486,7 @@ class GroupTracker:
             member_keys.add(who)
             for name, numbers in (named(assignment, self.topic_names.by_id) or {}).items():
                 owner_keys.update((name, number, *who) for number in numbers)
-        for keys, index in ((owner_keys, self._owners), (member_keys, self._members)):
+        for keys, index in ((owner_keys, self._owners.by_partition), (member_keys, self._owners.by_member)):
             for key in keys:
                 index.setdefault(key, set()).add(group_id)
         self._indexed[group_id] = (owner_keys, member_keys)

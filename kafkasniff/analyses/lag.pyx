@@ -16,7 +16,7 @@
   and ListOffsets answers for the latest offset.
 
 A fetch counts towards the group whose latest generation gives the partition (or failing that, any) to a
-member with the fetch's client id on the fetch's host (groups.GroupTracker.owner); otherwise towards its
+member with the fetch's client id on the fetch's host (groups.Owners.owner); otherwise towards its
 client id. Records are never decoded: everything comes from partition fields and batch headers
 (messages.partition_facts). The same Produce and Fetch facts give the produce-to-fetch latency
 (latency.EndToEnd).
@@ -24,6 +24,7 @@ client id. Records are never decoded: everything comes from partition fields and
 
 from __future__ import annotations
 
+from kafkasniff.analyses.groups cimport Owners
 from kafkasniff.analyses.groups import GroupTracker
 from kafkasniff.analyses.latency import EndToEnd
 from kafkasniff.analyses.wire import (FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Seen, partitions,
@@ -185,6 +186,7 @@ cdef class LagTracker:
         cdef dict facts, session, traffics, positions
         cdef Traffic traffic
         cdef Position position
+        cdef Owners owners = None
         cdef long long replica
         cdef bint read_committed
         request_root = s.request.root
@@ -225,7 +227,9 @@ cdef class LagTracker:
             if replica >= 0 or fetch_offset is None or high_watermark < 0:
                 continue
             end = last_stable if read_committed and last_stable >= 0 else high_watermark
-            group = self.groups.owner(topic, partition, client, host_ip)
+            if owners is None:  # (asked once a response: nothing between its partitions changes the groups)
+                owners = self.groups.owners()
+            group = owners.owner(topic, partition, client, host_ip)
             position_key = (group, None if group is not None else client, topic, partition)
             position = positions.get(position_key)
             if position is None:
