@@ -29,6 +29,7 @@ from kafkasniff.analyses.groups import GroupTracker
 from kafkasniff.analyses.latency import EndToEnd
 from kafkasniff.analyses.wire import (FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Seen, partitions,
                                       topic_of)
+from kafkasniff.protocol.topicname cimport topic_name
 from kafkasniff.protocol.topics import TopicNames
 
 LATEST_OFFSET = -1  # the ListOffsets timestamp that asks for the end of the log
@@ -193,8 +194,7 @@ cdef class LagTracker:
         replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
         session = self._session(s.connection, request_root)
         for topic, topic_id, partition, facts, _ in s.request.partitions:
-            session[topic if topic is not None else by_id.get(topic_id, topic_id), partition] = \
-                facts.get("fetch_offset")
+            session[topic_name(topic, topic_id, by_id), partition] = facts.get("fetch_offset")
         read_committed = request_root.get("isolation_level") == READ_COMMITTED
         client = s.client_id
         host_ip = s.client[0]
@@ -203,8 +203,7 @@ cdef class LagTracker:
         for topic, topic_id, partition, facts, batches in s.partitions:
             if facts.get("error_code"):
                 continue
-            if topic is None:
-                topic = by_id.get(topic_id, topic_id)
+            topic = topic_name(topic, topic_id, by_id)
             key = (topic, partition)
             high_watermark = facts.get("high_watermark", -1)
             if high_watermark >= 0:
@@ -261,10 +260,9 @@ cdef class LagTracker:
         asked = s.request
         for topic, topic_id, partition, facts, batches in asked.partitions:
             if batches:
-                sent[topic if topic is not None else by_id.get(topic_id, topic_id), partition] = (facts, batches)
+                sent[topic_name(topic, topic_id, by_id), partition] = (facts, batches)
         for topic, topic_id, partition, facts, _ in s.partitions:
-            if topic is None:
-                topic = by_id.get(topic_id, topic_id)
+            topic = topic_name(topic, topic_id, by_id)
             base_offset = facts.get("base_offset", -1)
             request_partition = sent.get((topic, partition))
             if facts.get("error_code") or base_offset < 0 or request_partition is None:

@@ -18,6 +18,7 @@ import orjson
 
 from kafkasniff.protocol.messages cimport Message
 from kafkasniff.protocol.messages import json_body, partition_facts
+from kafkasniff.protocol.topicname cimport topic_name
 from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.stream.namedtuples cimport named_tuple
 from kafkasniff.stream.session cimport MessageEvent
@@ -213,8 +214,7 @@ def partitions(s: Seen | Asked | None, names: TopicNames) -> tuple[dict, list[Pa
     if s is None:
         return {}, []
     by_id = names.by_id
-    return s.root, [named_tuple(Partition, (topic if topic is not None else by_id.get(topic_id, topic_id), partition,
-                                     facts, batches))
+    return s.root, [named_tuple(Partition, (topic_name(topic, topic_id, by_id), partition, facts, batches))
                     for topic, topic_id, partition, facts, batches in s.partitions]
 
 

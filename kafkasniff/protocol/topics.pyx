@@ -3,6 +3,8 @@
 
 Compiled: every message that names topics is resolved here (the one-line view, --stats and the analyses)."""
 
+from kafkasniff.protocol.topicname cimport topic_name
+
 
 cpdef str topic_text(str name):
     """A topic's name as lines show it: as it is when printable (every valid name), else as repr() escapes it: a
@@ -36,7 +38,7 @@ cdef class TopicNames:
             if name is not None and topic_id is not None:
                 self.by_id[topic_id] = name
             elif topic_id is not None:
-                name = self.by_id.get(topic_id, topic_id)
+                name = topic_name(name, topic_id, self.by_id)
             entry = found.get(name)
             if entry is None:
                 found[name] = [records, list(partitions)]
