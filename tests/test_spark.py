@@ -447,10 +447,14 @@ def port_reuse_capture(directory: Path) -> Path:
     return write_pcap(directory / "reuse.pcap", merged(reused, shifted(group, reused[0].ts - group[0].ts)))
 
 
-def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tmp_path):
+@pytest.mark.parametrize("through", ["each task reading every file", "the shuffle"])
+def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tmp_path, monkeypatch, through):
     """Inputs that are one capture: cut in three (as tcpdump -C would, inside connections), plus a file
     repeating packets on both sides of the first cut (overlapping inputs). The tables equal what `decode
-    --json` says of the whole capture, stream numbers included, and identical packets count once."""
+    --json` says of the whole capture, stream numbers included, and identical packets count once: whether each
+    task reads every file and keeps its connections (reading.shard_rows) or the files go through the shuffle."""
+    if through == "the shuffle":
+        monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 0)
     whole = port_reuse_capture(tmp_path)
     linktype, packets, segments = read_segments(whole)
     reused = {connection_key(s) for s in segments if 40000 in (s.sport, s.dport)}
@@ -522,19 +526,22 @@ def test_one_file_is_shared_out_without_the_shuffle_as_decode_reads_it(spark, tm
     assert analysed_rows(tmp_path / "unshuffled", PARTITIONS) == analysed_rows(tmp_path / "shuffled", PARTITIONS)
 
 
-def test_only_one_uncompressed_local_file_skips_the_shuffle(tmp_path, monkeypatch):
-    """Its size bounds what each task holds; gzip does not bound it, nor does a file of several inputs."""
+def test_only_uncompressed_local_files_skip_the_shuffle(tmp_path, monkeypatch):
+    """Their sizes bound what each task holds; gzip does not bound it, and a URI is not read by the tasks."""
     path = port_reuse_capture(tmp_path)
+    copy = tmp_path / "copy.pcap"
+    copy.write_bytes(path.read_bytes())
     zipped = tmp_path / "reuse.pcap.gz"
     zipped.write_bytes(gzip.compress(path.read_bytes()))
-    monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", path.stat().st_size)
-    files = expand_local([str(path)])[0]
-    assert build.unshuffled(files)
+    size = path.stat().st_size
+    monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 2 * size)
+    files = expand_local([str(path), str(copy)])[0]
+    assert build.unshuffled(files) and build.unshuffled(files[:1])
     assert not build.unshuffled(expand_local([str(zipped)])[0])
-    assert not build.unshuffled(files + expand_local([str(zipped)])[0])
-    assert not build.unshuffled([files[0]._replace(local=False)])
-    monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", path.stat().st_size - 1)
-    assert not build.unshuffled(files)
+    assert not build.unshuffled(files[:1] + expand_local([str(zipped)])[0])
+    assert not build.unshuffled([files[0], files[1]._replace(local=False)])
+    monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 2 * size - 1)
+    assert not build.unshuffled(files) and build.unshuffled(files[1:])
 
 
 def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
@@ -557,7 +564,7 @@ def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
     path = write_pcap(tmp_path / "far.pcap",
                       TcpConversation(("10.9.0.1", 40000), ("10.9.0.2", 9092)).send(True, produce).close())
     out = tmp_path / "tables"
-    facts = [fact for batch in decode_segment_rows(shard_rows(str(path), 0, 1, lambda read: None), [str(path)],
+    facts = [fact for batch in decode_segment_rows(shard_rows([str(path)], 0, 1, lambda read: None), [str(path)],
                                                    frozenset(), str(out), "_staging", "00000-0")
              for fact in batch.to_pylist()]
     streams = {f["connection_id"]: 0 for f in facts if f["connection_id"] is not None}
@@ -585,7 +592,7 @@ def test_a_decode_task_writes_records_as_they_come_and_finishes_them_a_row_group
     monkeypatch.setattr(StagedTables, "ROWS_PER_GROUP", 10)
     path = str(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap")
     out = tmp_path / "tables"
-    facts = [fact for batch in decode_segment_rows(shard_rows(path, 0, 1, lambda read: None), [path], frozenset(),
+    facts = [fact for batch in decode_segment_rows(shard_rows([path], 0, 1, lambda read: None), [path], frozenset(),
                                                    str(out), "_staging", "00000-0")
              for fact in batch.to_pylist()]
     staged = next(f for f in facts if f["table_name"] == "records")

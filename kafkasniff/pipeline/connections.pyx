@@ -262,7 +262,8 @@ def rows_of_batches(batches):
 def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str out, str staging, str task,
                         bytes keylog_text=b""):
     """A decode task's segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted by
-    (key, ts, file, index): a shuffled partition's (rows_of_batches) or a task's share of a file (reading.shard_rows).
+    (key, ts, file, index): a shuffled partition's (rows_of_batches) or a task's share of the files
+    (reading.shard_rows).
     Rows of every table staged under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL)
     returned. keylog_text: the TLS key log lines the driver read, parsed once per task."""
     staged = StagedTables(out, staging, task)

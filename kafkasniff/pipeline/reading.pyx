@@ -7,7 +7,7 @@ hashes the key to pick a partition and sorts by (key, time, file, index): the de
 connection sees its packets in the order of one capture merged from all inputs, so rotated
 files (`tcpdump -C/-G`) and overlapping inputs read as the capture they were cut from.
 
-A run of one local uncompressed file that is not too big skips the shuffle (shard_rows): each of N tasks reads the whole
+A run of local uncompressed files that are not too big skips the shuffle (shard_rows): each of N tasks reads every
 file and keeps the connections whose key hashes to it, sorted as a shuffled partition would be, and decodes
 them (connections.decode_segment_rows). Reading a file costs a fraction of decoding it, and the segments are
 never made Arrow batches nor cross into the JVM.
@@ -81,33 +81,34 @@ def read_local(path: str, name: str, file_number: int, report: ReadReport) -> It
                 "warnings": [w.replace(path, name, 1) for w in reader.warnings]})
 
 
-def shard_rows(path: str, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
-    """The segment rows (SEGMENT_SCHEMA's order) of the connections of a run's only file (number 0) whose keys
-    hash to `shard` of `shards`, in the order a shuffled partition has them (key, time, index), BATCH_SEGMENTS
-    at a time: held in memory until the file is read, so the job takes this path only for files of at most
-    build.UNSHUFFLED_MAX_BYTES. Shard 0 reports the file."""
-    try:
-        reader = open_capture(path)
-    except CaptureError as error:
-        if shard == 0:
-            report({"warnings": [f"skipped {path}: {str(error).removeprefix(path + ': ')}"]})
-        return
-    with reader, collecting_rarely():
-        rows = []
-        for some in _segment_rows(reader, 0, shard, shards):
-            rows += some
+def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
+    """The segment rows (SEGMENT_SCHEMA's order) of the connections of a run's local files (numbered in the list's
+    order, the run's) whose keys hash to `shard` of `shards`, in the order a shuffled partition has them (key,
+    time, file, index), BATCH_SEGMENTS at a time: held in memory until every file is read, so the job takes this
+    path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the files."""
+    cdef list rows = []
+    with collecting_rarely():
+        for number, path in enumerate(paths):
+            try:
+                reader = open_capture(path)
+            except CaptureError as error:
+                if shard == 0:
+                    report({"warnings": [f"skipped {path}: {str(error).removeprefix(path + ': ')}"]})
+                continue
+            with reader:
+                for some in _segment_rows(reader, number, shard, shards):
+                    rows += some
+                if shard == 0:
+                    report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read,
+                            "warnings": list(reader.warnings)})
         rows.sort(key=_shuffle_order)
         for start in range(0, len(rows), BATCH_SEGMENTS):
             yield rows[start:start + BATCH_SEGMENTS]
-        read = {"segments": len(rows)}
-        if shard == 0:
-            read.update(files=1, bytes=reader.total_size, frames=reader.frames_read,
-                        warnings=list(reader.warnings))
-        report(read)
+        report({"segments": len(rows)})
 
 
 def _shuffle_order(tuple row):
-    return row[0], row[1], row[3]  # key, time, index (the file is always 0)
+    return row[0], row[1], row[2], row[3]  # key, time, file, index
 
 
 cdef int _shard_of(str key, int shards):
