@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from kafkasniff.pipeline.build import RunFact
 from kafkasniff.pipeline.connections import decode_segment_rows, rows_of_batches
 from kafkasniff.pipeline.reading import read_local
 
@@ -46,9 +47,8 @@ def sorted_segments(capture: Path) -> pa.Table:
 def decode(segments: pa.Table, batch_rows: int, out: str) -> int:
     """The decode task over the segments; returns the messages staged."""
     rows = rows_of_batches(segments.to_batches(max_chunksize=batch_rows))
-    facts = pa.Table.from_batches(list(decode_segment_rows(rows, ["capture"], frozenset(), out, "_staging", "00000-0")))
-    staged = facts.to_pydict()
-    return sum(rows for table, rows in zip(staged["table_name"], staged["rows"]) if table == "messages")
+    facts = map(RunFact._make, decode_segment_rows(rows, ["capture"], frozenset(), out, "_staging", "00000-0"))
+    return sum(fact.rows for fact in facts if fact.table_name == "messages")
 
 
 def main() -> None:

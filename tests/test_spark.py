@@ -564,11 +564,10 @@ def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
     path = write_pcap(tmp_path / "far.pcap",
                       TcpConversation(("10.9.0.1", 40000), ("10.9.0.2", 9092)).send(True, produce).close())
     out = tmp_path / "tables"
-    facts = [fact for batch in decode_segment_rows(shard_rows([str(path)], 0, 1, lambda read: None), [str(path)],
-                                                   frozenset(), str(out), "_staging", "00000-0")
-             for fact in batch.to_pylist()]
-    streams = {f["connection_id"]: 0 for f in facts if f["connection_id"] is not None}
-    staged = [f["staged"] for f in facts if f["table_name"] == "records" and f["staged"] is not None]
+    facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
+        shard_rows([str(path)], 0, 1, lambda read: None), [str(path)], frozenset(), str(out), "_staging", "00000-0")]
+    streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
+    staged = [f.staged for f in facts if f.table_name == "records" and f.staged is not None]
     assert [finish_staged("records", file, str(out), "00000", streams, {}) for file in staged] == [3]
     rows = pq.read_table(out / "records").to_pylist()
     assert [(r["topic"], r["partition"], r["offset"], r["timestamp"], r["key_size"], r["value_size"],
@@ -592,17 +591,16 @@ def test_a_decode_task_writes_records_as_they_come_and_finishes_them_a_row_group
     monkeypatch.setattr(StagedTables, "ROWS_PER_GROUP", 10)
     path = str(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap")
     out = tmp_path / "tables"
-    facts = [fact for batch in decode_segment_rows(shard_rows([path], 0, 1, lambda read: None), [path], frozenset(),
-                                                   str(out), "_staging", "00000-0")
-             for fact in batch.to_pylist()]
-    staged = next(f for f in facts if f["table_name"] == "records")
-    layout = pq.ParquetFile(staged["staged"]).metadata
+    facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
+        shard_rows([path], 0, 1, lambda read: None), [path], frozenset(), str(out), "_staging", "00000-0")]
+    staged = next(f for f in facts if f.table_name == "records")
+    layout = pq.ParquetFile(staged.staged).metadata
     groups = [layout.row_group(i).num_rows for i in range(layout.num_row_groups)]
-    assert len(groups) > 3 and sum(groups) == staged["rows"] and max(groups) < staged["rows"] / 2
-    streams = {f["connection_id"]: 0 for f in facts if f["connection_id"] is not None}
-    assert finish_staged("records", staged["staged"], str(out), "00000", streams, {}) == staged["rows"]
+    assert len(groups) > 3 and sum(groups) == staged.rows and max(groups) < staged.rows / 2
+    streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
+    assert finish_staged("records", staged.staged, str(out), "00000", streams, {}) == staged.rows
     written = pq.ParquetFile(next((out / "records").glob("date=*/part-00000.parquet")))
-    assert written.metadata.num_rows == staged["rows"] and written.metadata.num_row_groups == len(groups)
+    assert written.metadata.num_rows == staged.rows and written.metadata.num_row_groups == len(groups)
 
 
 def test_a_message_of_millions_of_records_is_handed_on_a_chunk_at_a_time(tmp_path):

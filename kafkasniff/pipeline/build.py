@@ -22,6 +22,11 @@ A run of local uncompressed files of at most UNSHUFFLED_MAX_BYTES in all skips t
 per partition that reads every file and decodes the connections hashed to it, their segments merged and sorted as
 a shuffled partition's (reading.shard_rows), without the read stage (a task per file, one task wide for one big
 file), the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
+
+Jobs through which nothing but a few facts and counts pass (that first job, the finishing) are RDD jobs of Python
+functions, not DataFrames: a DataFrame job's planning, code generation and Arrow conversions cost the JVM about
+0.3 s a job, and several seconds the first time in a session (measured on this project's 2-core machine: the first
+mapInArrow job 10.0-10.7 s, the first RDD job doing the same 3.9-4.8 s).
 """
 
 from __future__ import annotations
@@ -29,19 +34,21 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from kafkasniff.capture.files import GZIP_MAGIC
 from kafkasniff.pipeline.analysis import STAGED_NAME
-from kafkasniff.pipeline.connections import RUN_FACTS_DDL
+from kafkasniff.pipeline.connections import RUN_FACTS_DDL, RUN_FACTS_SCHEMA
 from kafkasniff.pipeline.inputs import CaptureFile
 from kafkasniff.pipeline.reading import SEGMENT_DDL, read_local, read_spooled
 from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
 
 _COUNTS = ("files", "bytes", "frames", "segments")
+RunFact = namedtuple("RunFact", RUN_FACTS_SCHEMA.names)  # what a decode task tells the driver (connections)
 # A task taking its share of the inputs without the shuffle holds that share's segments until every file is read:
 # the files' sizes bound them when none is compressed (gzip may inflate a capture tenfold).
 UNSHUFFLED_MAX_BYTES = 256 << 20
@@ -128,29 +135,32 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
 def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, staging: str,
                       partitions: int | None) -> dict[str, int]:
     """The two jobs (see the module's docstring); returns the rows written to each table."""
-    parts = partitions or spark.sparkContext.defaultParallelism
+    sc = spark.sparkContext
+    parts = partitions or sc.defaultParallelism
     if unshuffled(files):
         paths = [f.name for f in files]
 
-        def read_and_decode(batches):
+        def read_and_decode(shards):
             from kafkasniff.pipeline.reading import shard_rows
 
-            for batch in batches:
-                for shard in batch.column(0).to_pylist():
-                    yield from decode(shard_rows(paths, shard, parts, stats.add))
+            for shard in shards:
+                yield from decode(shard_rows(paths, shard, parts, stats.add))
 
-        facts = spark.range(parts, numPartitions=parts).mapInArrow(read_and_decode, RUN_FACTS_DDL).collect()
+        collected = sc.parallelize(range(parts), parts).mapPartitions(read_and_decode).collect()
     else:
         def decode_batches(batches):
             from kafkasniff.pipeline.connections import rows_of_batches
 
-            return decode(rows_of_batches(batches))
+            found = decode(rows_of_batches(batches))
+            if found:
+                yield pa.RecordBatch.from_struct_array(pa.array(found, pa.struct(RUN_FACTS_SCHEMA)))
 
-        facts = (_segments(spark, files, stats)
-                 .repartition(parts, "key")
-                 .sortWithinPartitions("key", "ts", "file", "index")
-                 .mapInArrow(decode_batches, RUN_FACTS_DDL)
-                 .collect())
+        collected = (_segments(spark, files, stats)
+                     .repartition(parts, "key")
+                     .sortWithinPartitions("key", "ts", "file", "index")
+                     .mapInArrow(decode_batches, RUN_FACTS_DDL)
+                     .collect())
+    facts = [RunFact._make(fact) for fact in collected]
     # numbered as `decode` numbers a capture's connections: by their first packets, in capture order
     connections = sorted((f.first_seen, f.first_file, f.first_index, f.connection_id)
                          for f in facts if f.connection_id is not None)
@@ -162,25 +172,23 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     # the finishing tasks: the analyses first (the longest), then a staged file each
     jobs = ([(STAGED_NAME, seen)] if seen else []) + staged
 
-    def finish(batches):
+    def finish(numbers):
         from kafkasniff.pipeline.analysis import analyse
         from kafkasniff.pipeline.writing import finish_staged
 
-        for batch in batches:
-            for number in batch.column(0).to_pylist():
-                kind, what = jobs[number]
-                counts = analyse(what, out) if kind == STAGED_NAME else {
-                    kind: finish_staged(kind, what, out, f"{number:05d}", streams, topic_of_id)}
-                yield pa.RecordBatch.from_pydict({"table_name": list(counts), "rows": list(counts.values())})
+        for number in numbers:
+            kind, what = jobs[number]
+            counts = analyse(what, out) if kind == STAGED_NAME else {
+                kind: finish_staged(kind, what, out, f"{number:05d}", streams, topic_of_id)}
+            yield from counts.items()
 
     replace_tables(out)
     written = dict.fromkeys((t.name for t in TABLES), 0)
     if jobs:
         # a task each, the analyses first: sharing a task, they waited for staged files (bench60 in local[2]: the
         # analyses' task took 1.9 s, the other 0.4 s)
-        for row in (spark.range(len(jobs), numPartitions=len(jobs))
-                    .mapInArrow(finish, "table_name string, rows bigint").collect()):
-            written[row.table_name] += row.rows
+        for table_name, rows in sc.parallelize(range(len(jobs)), len(jobs)).mapPartitions(finish).collect():
+            written[table_name] += rows
     mark_done(out)
     return written
 

@@ -264,8 +264,8 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
     """A decode task's segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted by
     (key, ts, file, index): a shuffled partition's (rows_of_batches) or a task's share of the files
     (reading.shard_rows).
-    Rows of every table staged under out/staging (files named after `task`), and the run's facts (RUN_FACTS_DDL)
-    returned. keylog_text: the TLS key log lines the driver read, parsed once per task."""
+    Rows of every table staged under out/staging (files named after `task`); returns the run's facts, tuples in
+    RUN_FACTS_SCHEMA's order. keylog_text: the TLS key log lines the driver read, parsed once per task."""
     staged = StagedTables(out, staging, task)
     staged_seen = StagedSeen(out, staging, task)
     keylog = KeyLog()
@@ -313,5 +313,4 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
     seen_file = staged_seen.close()
     if seen_file is not None:
         facts.append((None, None, None, None, None, None, STAGED_NAME, *seen_file))
-    if facts:
-        yield pa.RecordBatch.from_struct_array(pa.array(facts, pa.struct(RUN_FACTS_SCHEMA)))
+    return facts
