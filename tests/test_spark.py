@@ -28,7 +28,8 @@ from click.testing import CliRunner
 from kafkasniff.capture.files import open_capture
 from kafkasniff.capture.packets import FrameParser
 from kafkasniff.cli import main
-from kafkasniff.pipeline.reading import connection_key
+from kafkasniff.pipeline import reading
+from kafkasniff.pipeline.reading import connection_key, read_local, shard_rows
 from kafkasniff.pipeline.sparkenv import INSTALL_PYSPARK
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
@@ -524,6 +525,35 @@ def test_one_file_is_shared_out_without_the_shuffle_as_decode_reads_it(spark, tm
         assert without(unshuffled[table]) == without(shuffled[table]), table
     assert len([c for c in unshuffled["connections"] if c["client"] == "127.0.0.1:40000"]) == 20
     assert analysed_rows(tmp_path / "unshuffled", PARTITIONS) == analysed_rows(tmp_path / "shuffled", PARTITIONS)
+
+
+def test_each_tasks_share_of_the_files_comes_in_the_shuffles_order(tmp_path, monkeypatch):
+    """Without the shuffle, each task's segments (reading.shard_rows) come as a shuffled partition's would: sorted
+    by (key, time, file, index), each connection in one task only, every segment of the files in some task, when
+    packet times go back inside a file and a second file overlaps the first in time."""
+    _, packets, _ = read_segments(port_reuse_capture(tmp_path))
+    stepped = [(ts - 0.5 if i % 7 == 3 else ts, frame) for i, (ts, frame) in enumerate(packets)]
+    files = [tmp_path / "stepped.pcap", tmp_path / "overlapping.pcap"]
+    for path, part in zip(files, (stepped, [(ts - 1.0, frame) for ts, frame in packets[len(packets) // 3:]])):
+        with open(path, "wb") as out:
+            writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=dpkt.pcap.DLT_EN10MB)
+            for ts, frame in part:
+                writer.writepkt(frame, ts)
+    every = sorted(row for number, path in enumerate(files)
+                   for batch in read_local(str(path), path.name, number, lambda read: None)
+                   for row in zip(*(column.to_pylist() for column in batch.columns)))
+    monkeypatch.setattr(reading, "BATCH_SEGMENTS", 100)  # several batches a task
+    shares = [[row for batch in shard_rows([str(path) for path in files], shard, 3, lambda read: None)
+               for row in batch] for shard in range(3)]
+    assert all(shares) and sorted(row for share in shares for row in share) == every
+    for share in shares:
+        assert share == sorted(share, key=lambda row: row[:4])
+    keys = [{row[0] for row in share} for share in shares]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
+    times = defaultdict(list)  # each connection's times in the order read (file, index)
+    for row in sorted(every, key=lambda row: (row[0], row[2], row[3])):
+        times[row[0]].append(row[1])
+    assert sum(t != sorted(t) for t in times.values()) == 6  # times do go back, in six connections
 
 
 def test_only_uncompressed_local_files_skip_the_shuffle(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ import os
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
+from libc.math cimport INFINITY
 
 import pyarrow as pa
 
@@ -86,7 +87,13 @@ def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterato
     order, the run's) whose keys hash to `shard` of `shards`, in the order a shuffled partition has them (key,
     time, file, index), BATCH_SEGMENTS at a time: held in memory until every file is read, so the job takes this
     path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the files."""
-    cdef list rows = []
+    # Rows are kept by connection, each connection's in the order read, (file, index): that is their (time, file,
+    # index) order unless a packet's time goes back, and only then is the connection sorted. Sorting all rows by
+    # (key, time, file, index) took a quarter of the reading (470 M of 1,650 M instructions for bench60's half).
+    cdef dict connections = {}  # key -> its rows
+    cdef list rows
+    cdef tuple row
+    cdef long long count = 0
     with collecting_rarely():
         for number, path in enumerate(paths):
             try:
@@ -97,18 +104,45 @@ def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterato
                 continue
             with reader:
                 for some in _segment_rows(reader, number, shard, shards):
-                    rows += some
+                    for item in <list>some:
+                        row = <tuple>item
+                        rows = connections.get(row[0])
+                        if rows is None:
+                            rows = connections[row[0]] = []
+                        rows.append(row)
+                    count += len(<list>some)
                 if shard == 0:
                     report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read,
                             "warnings": list(reader.warnings)})
-        rows.sort(key=_shuffle_order)
-        for start in range(0, len(rows), BATCH_SEGMENTS):
-            yield rows[start:start + BATCH_SEGMENTS]
-        report({"segments": len(rows)})
+        batch = []
+        for key in sorted(connections):
+            rows = connections.pop(key)
+            if not _in_time_order(rows):
+                rows.sort(key=_time_file_index)
+            for item in rows:
+                batch.append(item)
+                if len(batch) == BATCH_SEGMENTS:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+        report({"segments": count})
 
 
-def _shuffle_order(tuple row):
-    return row[0], row[1], row[2], row[3]  # key, time, file, index
+cdef bint _in_time_order(list rows):
+    """Whether the rows' times never go back (read in (file, index) order, they are then in (time, file, index)
+    order)."""
+    cdef double last = -INFINITY, ts
+    for row in rows:
+        ts = (<tuple>row)[1]
+        if ts < last:
+            return False
+        last = ts
+    return True
+
+
+def _time_file_index(tuple row):
+    return row[1], row[2], row[3]
 
 
 cdef int _shard_of(str key, int shards):
