@@ -705,6 +705,18 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def test_an_empty_report_section_is_one_line():
+    """A section without rows (no error codes in a clean run) says so in one line under its title, not as a table
+    without columns, which wraps its title to a few characters a line."""
+    from rich.console import Console
+
+    from kafkasniff.commands.spark import _rich_table
+
+    console = Console(width=100, record=True)
+    console.print(_rich_table("errors", []))
+    assert console.export_text() == "Error codes in responses (rate: share of that API's responses): none\n"
+
+
 def test_report_numbers_equal_those_from_decode_json(all_run, decoded):
     out = all_run[0]
     result = CliRunner().invoke(main, ["report", str(out), "--json", "--top", "100"])

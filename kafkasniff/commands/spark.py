@@ -170,11 +170,11 @@ _TITLES = {
 
 def _rich_table(name: str, rows: list[dict]):
     from rich.table import Table as RichTable
+    from rich.text import Text
 
+    if not rows:  # one line: a table without columns wraps its title to a few characters a line
+        return Text(f"{_TITLES[name]}: none", style="italic")
     table = RichTable(title=_TITLES[name], header_style="bold", title_justify="left")
-    if not rows:
-        table.add_column("(none)")
-        return table
     for column in rows[0]:
         value = next((row[column] for row in rows if row[column] is not None), None)  # (the first may be null)
         table.add_column(column, justify="right" if isinstance(value, (int, float)) else "left")
