@@ -705,6 +705,23 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def test_topic_ids_in_staged_messages_are_named_list_by_list():
+    """The finishing names the topic ids in each message's topics list as decode names them (names and ids the
+    run never named stay as they are, null lists stay null), in chunks Arrow may have sliced or left empty."""
+    import pyarrow as pa
+
+    from kafkasniff.pipeline.writing import _named_in_lists
+
+    of_id = {"id-1": "orders", "id-2": "payments"}
+    lists = [["id-1"], None, [], ["orders", "id-2", "id-9"], ["id-2", None], None, ["id-1", "id-1"]]
+    column = pa.chunked_array([pa.array(lists, pa.list_(pa.string())).slice(1), pa.array([], pa.list_(pa.string())),
+                               pa.array(lists[:2], pa.list_(pa.string()))])
+    named = _named_in_lists(column, of_id)
+    assert named.type == pa.list_(pa.string())
+    assert named.to_pylist() == [None, [], ["orders", "payments", "id-9"], ["payments", None], None,
+                                 ["orders", "orders"], ["orders"], None]
+
+
 def test_an_empty_report_section_is_one_line():
     """A section without rows (no error codes in a clean run) says so in one line under its title, not as a table
     without columns, which wraps its title to a few characters a line."""

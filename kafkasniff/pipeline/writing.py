@@ -119,8 +119,7 @@ def _finished(table: Table, raw: pa.Table, streams: dict[str, int],
     columns = {name: raw.column(name) for name in raw.column_names}
     columns["stream"] = _looked_up(columns["connection_id"], streams, pa.int64())
     if topic_of_id and table is MESSAGES:
-        columns["topics"] = pa.array([None if topics is None else [topic_of_id.get(t, t) for t in topics]
-                                      for topics in columns["topics"].to_pylist()], pa.list_(pa.string()))
+        columns["topics"] = _named_in_lists(columns["topics"], topic_of_id)
     if topic_of_id and table is RECORDS:
         columns["topic"] = pc.coalesce(_decoded(columns["topic"]),
                                        _looked_up(columns["topic_id"], topic_of_id, pa.string()))
@@ -128,6 +127,19 @@ def _finished(table: Table, raw: pa.Table, streams: dict[str, int],
               for f in file_schema(table)]
     finished = pa.table([columns[f.name].cast(f.type) for f in fields], schema=pa.schema(fields))
     return finished, _floor_divided(columns[table.time_column].cast(pa.int64()), _MICROS_PER_DAY)
+
+
+def _named_in_lists(column: pa.ChunkedArray, topic_of_id: dict[str, str]) -> pa.ChunkedArray:
+    """Each list's topic ids named (topic_of_id), names and unknown ids kept as they are; null lists stay null.
+    By Arrow's kernels, not a Python list per message (a staged file holds a decode task's share of the run)."""
+    def named(lists: pa.Array) -> pa.Array:
+        topics = pc.list_flatten(lists)
+        renamed = pc.coalesce(_looked_up(pa.chunked_array([topics]), topic_of_id, pa.string()), topics)
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).cast(pa.int32())
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)])
+        return pa.ListArray.from_arrays(offsets, renamed.combine_chunks(), mask=lists.is_null())
+
+    return pa.chunked_array([named(chunk) for chunk in column.chunks], pa.list_(pa.string()))
 
 
 def _looked_up(column: pa.ChunkedArray, mapping: dict, arrow_type: pa.DataType) -> pa.ChunkedArray:
