@@ -66,10 +66,8 @@ def key_endpoints(key: str) -> tuple[tuple[str, int], tuple[str, int]]:
 
 
 def read_local(path: str, name: str, file_number: int, report: ReadReport) -> Iterator[pa.RecordBatch]:
-    try:
-        reader = open_capture(path)
-    except CaptureError as error:
-        report({"warnings": [f"skipped {name}: {str(error).removeprefix(path + ': ')}"]})
+    reader = _opened(path, name, report, True)
+    if reader is None:
         return
     # a batch's rows are thousands of tuples that live until it is sent: the collector's default passes over them
     # cost more than the loop making them
@@ -80,6 +78,16 @@ def read_local(path: str, name: str, file_number: int, report: ReadReport) -> It
             yield _batch(rows)
         report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read, "segments": segments,
                 "warnings": [w.replace(path, name, 1) for w in reader.warnings]})
+
+
+cdef object _opened(str path, str name, report, bint tell):
+    """The capture's reader; None when it cannot be read, which `report` is told (`tell`) as a warning naming it."""
+    try:
+        return open_capture(path)
+    except CaptureError as error:
+        if tell:
+            report({"warnings": [f"skipped {name}: {str(error).removeprefix(path + ': ')}"]})
+        return None
 
 
 def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
@@ -96,11 +104,8 @@ def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterato
     cdef long long count = 0
     with collecting_rarely():
         for number, path in enumerate(paths):
-            try:
-                reader = open_capture(path)
-            except CaptureError as error:
-                if shard == 0:
-                    report({"warnings": [f"skipped {path}: {str(error).removeprefix(path + ': ')}"]})
+            reader = _opened(path, path, report, shard == 0)
+            if reader is None:
                 continue
             with reader:
                 for some in _segment_rows(reader, number, shard, shards):
