@@ -24,6 +24,7 @@ from kafkasniff.cli import main
 from kafkasniff.analyses.wire import FACTS_READ, REQUESTS_READ_ALONE, PlainSeens, plain_seen, seen
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
+from tests.test_partition_facts import unpack_partitions
 
 REBALANCES = ["rebalance_kafka_python", "rebalance_confluent_kafka", "rebalance_aiokafka"]
 REBALANCES_GROUPS = [name.replace("_", "-") for name in REBALANCES]  # each capture's group
@@ -323,8 +324,8 @@ def test_what_is_sent_to_the_analyses_is_what_they_read_in_one_process(name):
         read += 1
         got = plain_seens.seen(marshal.loads(marshal.dumps(plain)))
         assert got == expected
-        for facts in [expected.root, *(p[3] for p in expected.partitions)]:
-            assert set(facts) <= FACTS_READ
+        for facts in [expected.root, *(p[3] for p in unpack_partitions(*expected.partitions, FACTS_READ))]:
+            assert set(facts) <= set(FACTS_READ)
         if ev.message.kind == "request" and ev.message.api_key in REQUESTS_READ_ALONE and got.body is not None:
             requests_read_alone[ev] = got
         elif ev.request in requests_read_alone and got.request is not None:
@@ -339,6 +340,6 @@ def test_the_facts_lag_reads_are_the_facts_made():
     """Every fact lag.pyx reads (by name, from a root or a partition) is one FACTS_READ makes: one it did not make
     would read as missing, silently."""
     source = (Path(lag.__file__).parent / "lag.pyx").read_text()
-    names = set(re.findall(r'(?:facts|root)\.get\("([a-z_.]+)"', source))
+    names = set(re.findall(r'(?:(?:facts|root)\.get\(|FACTS_READ\.index\()"([a-z_.]+)"', source))
     assert {"fetch_offset", "high_watermark", "base_offset", "offset", "replica_state.replica_id"} <= names
-    assert names <= FACTS_READ
+    assert names <= set(FACTS_READ)

@@ -18,8 +18,8 @@
 A fetch counts towards the group whose latest generation gives the partition (or failing that, any) to a
 member with the fetch's client id on the fetch's host (groups.Owners.owner); otherwise towards its
 client id. Records are never decoded: everything comes from partition fields and batch headers
-(messages.partition_facts). The same Produce and Fetch facts give the produce-to-fetch latency
-(latency.EndToEnd).
+(messages.partition_facts, packed: read here without an object per partition, protocol/packed.pxd). The same
+Produce and Fetch facts give the produce-to-fetch latency (latency.EndToEnd).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from __future__ import annotations
 from kafkasniff.analyses.groups cimport Owners
 from kafkasniff.analyses.groups import GroupTracker
 from kafkasniff.analyses.latency import EndToEnd
-from kafkasniff.analyses.wire import (FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Seen, partitions,
+from kafkasniff.analyses.wire import (FACTS_READ, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Seen,
                                       topic_of)
+from kafkasniff.protocol.packed cimport (Packed, Part, batch_word, batches, fact, first_part, has, next_part,
+                                         packed_of, value)
 from kafkasniff.protocol.topicname cimport topic_name
 from kafkasniff.protocol.topics import TopicNames
 
@@ -36,6 +38,20 @@ LATEST_OFFSET = -1  # the ListOffsets timestamp that asks for the end of the log
 READ_COMMITTED = 1
 # Connections whose fetch positions are remembered for incremental fetch sessions; the oldest go first.
 MAX_SESSION_CONNECTIONS = 10_000
+# The slots of the partition facts read here (wire.FACTS_READ's order).
+cdef Py_ssize_t SLOTS = len(FACTS_READ)
+cdef Py_ssize_t FETCH_OFFSET = FACTS_READ.index("fetch_offset")
+cdef Py_ssize_t ERROR_CODE = FACTS_READ.index("error_code")
+cdef Py_ssize_t HIGH_WATERMARK = FACTS_READ.index("high_watermark")
+cdef Py_ssize_t LAST_STABLE_OFFSET = FACTS_READ.index("last_stable_offset")
+cdef Py_ssize_t RECORDS_BYTES = FACTS_READ.index("records_bytes")
+cdef Py_ssize_t BASE_OFFSET = FACTS_READ.index("base_offset")
+cdef Py_ssize_t TIMESTAMP = FACTS_READ.index("timestamp")
+cdef Py_ssize_t OFFSET = FACTS_READ.index("offset")
+# A record batch's words (walker.BATCH_FACTS' order).
+cdef enum:
+    RECORD_COUNT = 2
+    IS_CONTROL = 3
 
 
 cdef class Position:
@@ -181,44 +197,57 @@ cdef class LagTracker:
 
     cdef void _fetch(self, s) except *:
         # Once per Fetch response (most of a consumer's traffic, in --top and --metrics-port too): compiled, the
-        # partitions' tuples read as they are (wire.partitions' named tuples cost more than the rest), names looked
-        # up inline.
+        # partitions read packed (no object per partition), names looked up inline.
         cdef dict by_id = self.topic_names.by_id
-        cdef dict facts, session, traffics, positions
+        cdef dict session, traffics, positions
         cdef Traffic traffic
         cdef Position position
         cdef Owners owners = None
-        cdef long long replica
+        cdef long long replica, fetched
+        cdef Py_ssize_t i
         cdef bint read_committed
-        request_root = s.request.root
+        cdef Part part
+        cdef tuple topics
+        asked = s.request
+        request_root = asked.root
         replica = max(request_root.get("replica_id", -1), request_root.get("replica_state.replica_id", -1))
         session = self._session(s.connection, request_root)
-        for topic, topic_id, partition, facts, _ in s.request.partitions:
-            session[topic_name(topic, topic_id, by_id), partition] = facts.get("fetch_offset")
+        topics, data = asked.partitions
+        cdef Packed packed = packed_of(data, SLOTS)
+        part = first_part()
+        while next_part(&packed, &part):
+            topic, topic_id = topics[part.topic]
+            session[topic_name(topic, topic_id, by_id), part.partition] = fact(&packed, &part, FETCH_OFFSET, None)
         read_committed = request_root.get("isolation_level") == READ_COMMITTED
         client = s.client_id
         host_ip = s.client[0]
         ts = s.ts
         traffics, positions = self.traffic, self.positions
-        for topic, topic_id, partition, facts, batches in s.partitions:
-            if facts.get("error_code"):
+        topics, data = s.partitions
+        packed = packed_of(data, SLOTS)
+        part = first_part()
+        while next_part(&packed, &part):
+            if value(&packed, &part, ERROR_CODE):
                 continue
+            topic, topic_id = topics[part.topic]
             topic = topic_name(topic, topic_id, by_id)
+            partition = part.partition
             key = (topic, partition)
-            high_watermark = facts.get("high_watermark", -1)
+            high_watermark = fact(&packed, &part, HIGH_WATERMARK, -1)
             if high_watermark >= 0:
                 self.end_offset(topic, partition, high_watermark, ts)
-            last_stable = facts.get("last_stable_offset", -1)
+            last_stable = fact(&packed, &part, LAST_STABLE_OFFSET, -1)
             if replica < 0:
                 traffic = traffics.get(key)
                 if traffic is None:
                     traffic = self._traffic(topic, partition)
                 traffic.fetch_responses += 1
-                traffic.fetched_bytes += facts.get("records_bytes", 0)
-                if batches:
-                    for batch in batches:
-                        if not batch[3]:  # (control records are transaction markers, not data)
-                            traffic.fetched_records += batch[2]
+                traffic.fetched_bytes += value(&packed, &part, RECORDS_BYTES)
+                fetched = 0
+                for i in range(part.batch_count):
+                    if not batch_word(&packed, &part, i, IS_CONTROL):  # (control records: transaction markers)
+                        fetched += batch_word(&packed, &part, i, RECORD_COUNT)
+                traffic.fetched_records += fetched
                 if high_watermark >= 0:
                     traffic.high_watermark, traffic.last_stable_offset = high_watermark, last_stable
                     traffic.high_watermark_at = ts
@@ -235,8 +264,8 @@ cdef class LagTracker:
                 position = positions[position_key] = Position(group, client, topic, partition, self.samples)
             position.client_id = client
             position.add((ts, fetch_offset, high_watermark, last_stable, max(end - fetch_offset, 0)))
-            if batches:
-                self.latency.fetch(position.consumer, topic, partition, batches, ts)
+            if part.batch_count:
+                self.latency.fetch(position.consumer, topic, partition, batches(&packed, &part), ts)
 
     cdef dict _session(self, connection, dict request_root):
         """The fetch offsets a connection last asked, per partition; a fetch that is not incremental (session
@@ -252,40 +281,64 @@ cdef class LagTracker:
         return session
 
     cdef void _produce(self, s) except *:
-        # Once per Produce response: compiled over the partitions' tuples, as _fetch is (wire.partitions' named
-        # tuples and sums of generators cost more than the rest).
+        # Once per Produce response: compiled over the packed partitions, as _fetch is.
         cdef dict by_id = self.topic_names.by_id
-        cdef dict sent = {}  # (topic, partition) -> (facts, batches) of the request's partitions with batches
-        cdef dict facts
+        cdef dict sent = {}  # (topic, partition) -> (records bytes, batches) of the request's partitions with batches
+        cdef Part part
+        cdef tuple topics
         asked = s.request
-        for topic, topic_id, partition, facts, batches in asked.partitions:
-            if batches:
-                sent[topic_name(topic, topic_id, by_id), partition] = (facts, batches)
-        for topic, topic_id, partition, facts, _ in s.partitions:
+        topics, data = asked.partitions
+        cdef Packed packed = packed_of(data, SLOTS)
+        part = first_part()
+        while next_part(&packed, &part):
+            if part.batch_count:
+                topic, topic_id = topics[part.topic]
+                sent[topic_name(topic, topic_id, by_id), part.partition] = (value(&packed, &part, RECORDS_BYTES),
+                                                                            batches(&packed, &part))
+        topics, data = s.partitions
+        packed = packed_of(data, SLOTS)
+        part = first_part()
+        while next_part(&packed, &part):
+            topic, topic_id = topics[part.topic]
             topic = topic_name(topic, topic_id, by_id)
-            base_offset = facts.get("base_offset", -1)
+            partition = part.partition
+            base_offset = fact(&packed, &part, BASE_OFFSET, -1)
             request_partition = sent.get((topic, partition))
-            if facts.get("error_code") or base_offset < 0 or request_partition is None:
+            if value(&packed, &part, ERROR_CODE) or base_offset < 0 or request_partition is None:
                 continue
-            sent_facts, sent_batches = request_partition
+            sent_bytes, sent_batches = request_partition
             offsets = records = 0
             for batch in sent_batches:
                 offsets += batch[1] + 1
                 records += batch[2]
             self.end_offset(topic, partition, base_offset + offsets, s.ts)
             self.latency.produce(topic, partition, base_offset, sent_batches, asked.ts)
-            self._traffic(topic, partition).produced(base_offset, base_offset + offsets - 1, records,
-                                                     sent_facts.get("records_bytes", 0), asked.ts)
+            self._traffic(topic, partition).produced(base_offset, base_offset + offsets - 1, records, sent_bytes,
+                                                     asked.ts)
 
     cdef void _list_offsets(self, s) except *:
-        names = self.topic_names
-        _, asked = partitions(s.request, names)
-        latest = {(p.topic, p.partition) for p in asked if p.facts.get("timestamp") == LATEST_OFFSET}
-        _, answered = partitions(s, names)
-        for p in answered:
-            offset = p.facts.get("offset", -1)
-            if (p.topic, p.partition) in latest and not p.facts.get("error_code") and offset >= 0:
-                self.end_offset(p.topic, p.partition, offset, s.ts)
+        cdef dict by_id = self.topic_names.by_id
+        cdef set latest = set()  # (topic, partition) asked for its latest offset
+        cdef Part part
+        cdef tuple topics
+        topics, data = s.request.partitions
+        cdef Packed packed = packed_of(data, SLOTS)
+        part = first_part()
+        while next_part(&packed, &part):
+            if has(&packed, &part, TIMESTAMP) and value(&packed, &part, TIMESTAMP) == LATEST_OFFSET:
+                topic, topic_id = topics[part.topic]
+                latest.add((topic_name(topic, topic_id, by_id), part.partition))
+        topics, data = s.partitions
+        packed = packed_of(data, SLOTS)
+        part = first_part()
+        while next_part(&packed, &part):
+            offset = fact(&packed, &part, OFFSET, -1)
+            if value(&packed, &part, ERROR_CODE) or offset < 0:
+                continue
+            topic, topic_id = topics[part.topic]
+            key = (topic_name(topic, topic_id, by_id), part.partition)
+            if key in latest:
+                self.end_offset(key[0], key[1], offset, s.ts)
 
     cdef void _offset_commit(self, s) except *:
         request, response = s.request.body, s.body

@@ -2,7 +2,8 @@
 """What the analyses read of a message (`Seen`): the bodies of the group and offset APIs as plain values (they
 are small and rare), the per-partition numbers of Produce, Fetch and ListOffsets that the analyses read, without
 their records (messages.partition_facts: batch headers only, so a Fetch response of thousands of records costs no
-more than a few small ones), and the (topic id, name) pairs it teaches.
+more than a few small ones; packed, no object per partition: protocol/packed.pxd reads them), and the (topic id,
+name) pairs it teaches.
 
 A Seen is made once per message, where it is decoded, and holds plain values only: `seen` where the analyses run
 in the same process, `plain_seen` where it is sent to them (a parallel decode's workers, the Spark pipeline's
@@ -17,8 +18,9 @@ from typing import NamedTuple
 import orjson
 
 from kafkasniff.protocol.messages cimport Message
+from kafkasniff.protocol import _walk
 from kafkasniff.protocol.messages import json_body, partition_facts
-from kafkasniff.protocol.topicname cimport topic_name
+from kafkasniff.protocol.packed cimport BATCH_WORDS, HEAD_WORDS
 from kafkasniff.protocol.topics import TopicNames
 from kafkasniff.stream.namedtuples cimport named_tuple
 from kafkasniff.stream.session cimport MessageEvent
@@ -35,21 +37,17 @@ PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS})
 ANALYSED_APIS = BODY_APIS | PARTITION_APIS
 REQUESTS_READ_ALONE = BODY_APIS - {OFFSET_FETCH}
 # The facts of Produce, Fetch and ListOffsets (root and partitions) that the analyses read (lag.pyx): only these are
-# made, sent to where the analyses run and read back there. A fact left out reads as missing.
-FACTS_READ = frozenset({
+# made, sent to where the analyses run and read back there, a partition's in this order (their slots: lag.pyx finds
+# each by name). A fact left out reads as missing.
+FACTS_READ = (
     "replica_id", "replica_state.replica_id", "session_epoch", "isolation_level", "fetch_offset",  # Fetch requests
     "error_code", "high_watermark", "last_stable_offset", "records_bytes",  # Fetch responses, Produce requests
     "base_offset",  # Produce responses
     "timestamp", "offset",  # ListOffsets
-})
-
-
-class Partition(NamedTuple):
-    topic: str | None       # the name; an id the capture never named stays the id
-    partition: int
-    facts: dict             # the partition's fixed-width fields by snake_case name (walker.partition_facts)
-    batches: list | None    # walker.BATCH_FACTS tuples of its record batches: (base offset, last offset
-                            # delta, record count, is control, max timestamp)
+)
+# The packed layout packed.pxd reads is the one partitions.c writes.
+if (HEAD_WORDS, BATCH_WORDS) != (_walk.PACKED_HEAD_WORDS, _walk.PACKED_BATCH_WORDS):
+    raise ImportError("packed.pxd's layout differs from partitions.c's: rebuild kafkasniff's extensions")
 
 
 class Asked(NamedTuple):
@@ -58,7 +56,7 @@ class Asked(NamedTuple):
     ts: float
     body: dict | None
     root: dict
-    partitions: list[tuple]   # walker.PARTITION_FACTS tuples, topic ids not yet named
+    partitions: tuple         # (topics, packed): messages.partition_facts' partitions, topic ids not yet named
 
 
 class Seen(NamedTuple):
@@ -75,7 +73,8 @@ class Seen(NamedTuple):
     errors: list[int]         # the group APIs' error codes
     body: dict | None         # the group and offset APIs' bodies
     root: dict                # Produce, Fetch and ListOffsets: the root struct's facts
-    partitions: list[tuple]   # and their partitions (walker.PARTITION_FACTS), topic ids not yet named
+    partitions: tuple         # and their partitions: (topics, packed) of messages.partition_facts (FACTS_READ),
+                              # topic ids not yet named
     pairs: list[tuple[str, str]]  # (topic id, name) pairs the message teaches
     request: Asked | None     # a response's request, when captured (and the analyses read the API)
 
@@ -181,7 +180,8 @@ cdef object _body(text):
 # constructor); what it holds is never changed, so the empty parts can be shared.
 _NONE: tuple = ()
 _NO_FACTS: dict = {}
-_NOTHING_READ = (None, _NO_FACTS, _NONE)
+NO_PARTITIONS = ((), b"")
+_NOTHING_READ = (None, _NO_FACTS, NO_PARTITIONS)
 
 
 cdef tuple _request_read(MessageEvent request, bint plain):
@@ -202,20 +202,11 @@ cdef tuple _read(MessageEvent ev, bint plain):
     if m.malformed is None:
         if m.api_key in BODY_APIS:
             text = json_body(m, ev.payload)
-            return text if plain else _body(text), _NO_FACTS, _NONE
+            return text if plain else _body(text), _NO_FACTS, NO_PARTITIONS
         if m.api_key in PARTITION_APIS:
-            root, found = partition_facts(m, ev.payload, FACTS_READ)
-            return None, root, found
+            root, topics, packed = partition_facts(m, ev.payload, FACTS_READ)
+            return None, root, (topics, packed)
     return _NOTHING_READ
-
-
-def partitions(s: Seen | Asked | None, names: TopicNames) -> tuple[dict, list[Partition]]:
-    """The message's root fields and its partitions, topic ids named as the capture has named them so far."""
-    if s is None:
-        return {}, []
-    by_id = names.by_id
-    return s.root, [named_tuple(Partition, (topic_name(topic, topic_id, by_id), partition, facts, batches))
-                    for topic, topic_id, partition, facts, batches in s.partitions]
 
 
 def topic_of(entry: dict, names: TopicNames) -> str | None:

@@ -22,6 +22,7 @@ from kafkasniff.protocol.schema import api_name, apis, header_variant, is_flexib
 REQUEST, RESPONSE = "request", "response"
 cdef long long MAX_DECOMPRESSED = walker.DEFAULT_MAX_DECOMPRESSED
 cdef object _summarize = _walk.summarize  # once per message: no module lookup
+cdef object _partition_facts = _walk.partition_facts
 
 
 cdef class Message:
@@ -243,14 +244,16 @@ def record_columns(msg: Message, buf, emit, every: int) -> int | None:
                                  emit, every)
 
 
-def partition_facts(msg: Message, buf, wanted=None) -> tuple[dict, list[tuple]]:
-    """The body's root fields and per-partition facts (walker.partition_facts; `wanted`: the facts to keep, None:
-    all); nothing when there is no body."""
+def partition_facts(msg: Message, buf, tuple wanted) -> tuple[dict, tuple, bytes]:
+    """The body's root facts, its partitions' (topic, topic id) pairs and its partitions packed: their facts
+    `wanted` names (fixed-width fields by snake_case name), in its order, and their record batches' headers
+    (walker.BATCH_FACTS), records not read (partitions.c says how; packed.pxd reads them). Nothing when there is
+    no body."""
     if msg.body_offset is None:
-        return {}, []
-    root, partitions = walker.partition_facts(_layout(msg.kind, msg.api_key, msg.api_version).body, buf,
-                                              msg.body_offset, msg.end, walker.DEFAULT_MAX_DECOMPRESSED, wanted)
-    return root or {}, partitions
+        return {}, (), b""
+    root, topics, packed = _partition_facts(_layout(msg.kind, msg.api_key, msg.api_version).body, buf,
+                                            msg.body_offset, msg.end, walker.DEFAULT_MAX_DECOMPRESSED, wanted)
+    return root or {}, topics, packed
 
 
 def tree_text(msg: Message, buf, limit: int | None, show_secrets: bool, spans: bool, ctx=None,

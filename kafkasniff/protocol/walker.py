@@ -6,7 +6,8 @@ The walk runs a program (program.py) over bytes with one builder per view:
   (pairing, filters, one line);
 - `field_tree`: the Field tree (-V, --hex, explain);
 - `json_body`: the body as JSON text (--json), records included, in the same pass;
-- `partition_facts`: per partition, its numbers and record batch headers (the analyses: lag, latency).
+- `partition_facts` (messages.partition_facts): per partition, its numbers and record batch headers, packed
+  (the analyses: lag, latency).
 
 It calls back here only for what is rare or belongs to Python: names of error codes, decompression (cramjam,
 bounded per batch and per message), checksums (crc32c, zlib), programs of embedded schemas (the consumer
@@ -107,17 +108,8 @@ def record_columns(program: _walk.Program, buf, pos: int, end: int, emit, every:
     return _walk.record_columns(program, buf, pos, end, limit, emit, every)
 
 
-# What partition_facts gives for each partition (partitions.c), and for each record batch in it.
-PARTITION_FACTS = ("topic", "topic_id", "partition", "facts", "batches")
+# The words of each record batch in partition_facts' packed partitions (partitions.c), in order.
 BATCH_FACTS = ("base_offset", "last_offset_delta", "record_count", "is_control", "max_timestamp")
-
-
-def partition_facts(program: _walk.Program, buf, pos: int, end: int, limit: int = DEFAULT_MAX_DECOMPRESSED,
-                    wanted: frozenset[str] | None = None) -> tuple[dict | None, list[tuple]]:
-    """The root struct's fixed-width fields, and a tuple per partition (PARTITION_FACTS) of the body at
-    buf[pos:end]: its fixed-width fields by snake_case name and its record batches' headers (BATCH_FACTS),
-    records not read. `wanted`: the names of the facts to keep (None: all)."""
-    return _walk.partition_facts(program, buf, pos, end, limit, wanted)
 
 
 # Where -V text is handed to its writer, between lines.

@@ -98,7 +98,7 @@ static int check_ops(const Program *p, Py_ssize_t at, Py_ssize_t stop, int depth
 static void program_dealloc(Program *self) {
     PyMem_Free(self->ops);
     PyMem_Free((void *)self->texts);
-    PyMem_Free(self->facts_kept);
+    PyMem_Free(self->fact_slots);
     Py_XDECREF(self->facts_for);
     Py_XDECREF(self->names);
     Py_XDECREF(self->keys);

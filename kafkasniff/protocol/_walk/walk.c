@@ -582,7 +582,7 @@ static PyMethodDef methods[] = {
     {"record_columns", record_columns, METH_VARARGS,
      "record_columns(program, buf, pos, end, limit, emit, every) -> records (emit(count, groups, column bytes...))"},
     {"partition_facts", partition_facts, METH_VARARGS,
-     "partition_facts(program, buf, pos, end, limit, wanted=None) -> (root facts, [partition tuple])"},
+     "partition_facts(program, buf, pos, end, limit, wanted) -> (root facts, topics, packed partitions)"},
     {"text_tree", text_tree, METH_VARARGS, "text_tree(roots, buf, limit, show_secrets, spans, ctx, api_names, "
                                            "topic_names, write, flush_at, decompress_limit) -> (text, spans)"},
     {NULL, NULL, 0, NULL},
@@ -610,7 +610,9 @@ PyMODINIT_FUNC PyInit__walk(void) {
                  PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
                  PyModule_AddObjectRef(m, "FieldBase", (PyObject *)&FieldBaseType) < 0 ||
                  PyModule_AddObjectRef(m, "NULL_INT64", null_int64) < 0 ||
-                 PyModule_AddIntConstant(m, "NULL_INT32", NULL_INT32) < 0;
+                 PyModule_AddIntConstant(m, "NULL_INT32", NULL_INT32) < 0 ||
+                 PyModule_AddIntConstant(m, "PACKED_HEAD_WORDS", PACKED_HEAD_WORDS) < 0 ||
+                 PyModule_AddIntConstant(m, "PACKED_BATCH_WORDS", PACKED_BATCH_WORDS) < 0;
     Py_XDECREF(roles);
     Py_XDECREF(null_int64);
     if (failed) {

@@ -60,10 +60,11 @@ typedef struct {
     PyObject *keys;       /* tuple of bytes: each name as a JSON key, '"snake_case":' */
     const char **texts;   /* UTF-8 of each name, for reasons */
     int root_name, root_type;
-    /* partitions.c's memo: whether the `wanted` set facts_for (held) keeps the fact of each name outside nested
-       structs (1 kept, 0 not, -1 not asked yet): the set is asked once per name, not once per field read */
+    /* partitions.c's memo: the slot in the `wanted` tuple facts_for (held) of each name's fact outside nested
+       structs, then of its records size's ("<name>_bytes"): -1 not wanted, -2 not asked yet. A tuple is asked
+       once per name, not once per field read */
     PyObject *facts_for;
-    signed char *facts_kept;
+    int32_t *fact_slots;
 } Program;
 
 extern PyTypeObject ProgramType, FieldBaseType;
@@ -119,6 +120,11 @@ int walk_program(Walker *w, const Program *prog, Py_ssize_t pos, Py_ssize_t end,
 int walk_fail(Walker *w, Py_ssize_t at, const char *fmt, ...);
 int walk_is_decode_failure(Walker *w);
 void format_i128(char *out, size_t size, i128 v);
+/* The layout of partition_facts' packed partitions (partitions.c): words before a partition's facts, and per
+ * record batch. */
+#define PACKED_HEAD_WORDS 2
+#define PACKED_BATCH_WORDS 5
+
 int64_t fixed_value(int kind, const uint8_t *p); /* a fixed-width integer (or bool) of the kind */
 int utf8_valid(const uint8_t *p, Py_ssize_t n);
 PyObject *hook(int which);
