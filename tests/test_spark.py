@@ -722,6 +722,32 @@ def test_topic_ids_in_staged_messages_are_named_list_by_list():
                                  ["orders", "orders"], ["orders"], None]
 
 
+def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkeypatch):
+    """The analyses read the decode tasks' staged Seens in capture order: files of many sizes (one empty), batches
+    small enough to end anywhere, keys that tie on time, file and index and differ in the sequence number, and
+    messages released by a connection's end (time infinite) after every segment."""
+    import marshal
+    import random
+
+    from kafkasniff.pipeline import analysis
+
+    monkeypatch.setattr(analysis, "_BATCH_ROWS", 7)
+    rng = random.Random(16)
+    tasks, every = [], []
+    for task, rows in enumerate((0, 1, 5, 40, 133)):
+        staged = analysis.StagedSeen(str(tmp_path), "_staging", f"t{task}")
+        for seq in range(rows):
+            key = (rng.choice([1.5, 2.0, 2.25, analysis.AT_THE_END]), rng.randrange(3), rng.randrange(4) * 5 + task)
+            staged.add(*key, (task, seq))
+            every.append((*key, seq, (task, seq)))
+        closed = staged.close()
+        assert (closed is None) == (rows == 0)
+        tasks += [closed[0]] if closed else []
+    merged = [marshal.loads(seen) for seen in analysis._in_key_order(analysis.output_fs(str(tmp_path))[0], tasks)]
+    assert merged == [seen for *_, seen in sorted(every)]
+    assert len(merged) == 179
+
+
 def test_an_empty_report_section_is_one_line():
     """A section without rows (no error codes in a clean run) says so in one line under its title, not as a table
     without columns, which wraps its title to a few characters a line."""

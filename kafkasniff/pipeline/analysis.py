@@ -24,7 +24,7 @@ id, where `decode` tells them apart by object.
 
 from __future__ import annotations
 
-import heapq
+import contextlib
 import marshal
 import math
 
@@ -70,11 +70,48 @@ class StagedSeen:
         return self._path, len(self._rows)
 
 
-def _staged_rows(filesystem, path: str):
-    """A staged file's (ts, file, index, seq, seen) rows in order, a batch at a time."""
-    with filesystem.open_input_file(path) as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=_BATCH_ROWS):
-            yield from zip(*(column.to_pylist() for column in batch.columns))
+_KEY = [(name, "ascending") for name in ("ts", "file", "index", "seq")]
+
+
+def _in_key_order(filesystem, staged: list[str]):
+    """The staged files' Seens (marshalled) merged in key order, a batch of each file at a time: the rows of all
+    files up to the least of their batches' last keys (no row to come can be before it) are sorted together by
+    Arrow, and the rest wait for the next round. Keys are unique: a segment is one connection's, in one task."""
+    with contextlib.ExitStack() as files:
+        batches = [pq.ParquetFile(files.enter_context(filesystem.open_input_file(path))).iter_batches(
+            batch_size=_BATCH_ROWS) for path in staged]
+        pending = [_SCHEMA.empty_table() for _ in batches]  # each file's rows read and not yet given
+        while True:
+            for n in reversed(range(len(pending))):  # a file whose rows are all given reads its next batch, or ends
+                while pending[n].num_rows == 0:
+                    batch = next(batches[n], None)
+                    if batch is None:
+                        del pending[n], batches[n]
+                        break
+                    pending[n] = pa.table(batch)
+            if not pending:
+                return
+            bound = min(map(_last_key, pending))
+            ready = []
+            for n, table in enumerate(pending):
+                count = _rows_up_to(table, bound)
+                ready.append(table.slice(0, count))
+                pending[n] = table.slice(count)
+            yield from pa.concat_tables(ready).sort_by(_KEY).column("seen").to_pylist()
+
+
+def _last_key(table: pa.Table) -> tuple:
+    return tuple(table.column(name)[-1].as_py() for name, _ in _KEY)
+
+
+def _rows_up_to(table: pa.Table, bound: tuple) -> int:
+    """How many of the table's first rows (sorted by key) have a key at most `bound`."""
+    ts, file, index, seq = (table.column(name).to_numpy() for name, _ in _KEY)
+    at_most = seq <= bound[3]
+    at_most = (index < bound[2]) | ((index == bound[2]) & at_most)
+    at_most = (file < bound[1]) | ((file == bound[1]) & at_most)
+    at_most = (ts < bound[0]) | ((ts == bound[0]) & at_most)
+    return int(at_most.sum())
 
 
 def analyse(staged: list[str], out: str) -> dict[str, int]:
@@ -83,7 +120,7 @@ def analyse(staged: list[str], out: str) -> dict[str, int]:
     filesystem, _ = output_fs(out)
     insight = Insight(samples=False)
     plain = PlainSeens()
-    for *_, staged_seen in heapq.merge(*(_staged_rows(filesystem, path) for path in staged)):
+    for staged_seen in _in_key_order(filesystem, staged):
         insight.take(plain.seen(marshal.loads(staged_seen)))
     return {GROUPS.name: write_rows(GROUPS, insight.group_rows(), out),
             PARTITIONS.name: write_rows(PARTITIONS, insight.partition_rows(), out)}
