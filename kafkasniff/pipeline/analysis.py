@@ -24,10 +24,12 @@ id, where `decode` tells them apart by object.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import marshal
 import math
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -39,6 +41,7 @@ from kafkasniff.pipeline.writing import output_fs, write_rows
 STAGED_NAME = "seen"  # the staged files' folder, and their name among the run's facts
 _SCHEMA = pa.schema([("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()), ("seq", pa.int64()),
                      ("seen", pa.binary())])
+_KEY = [(name, "ascending") for name in ("ts", "file", "index", "seq")]  # (seq: the order staged, in a task)
 _BATCH_ROWS = 4096
 AT_THE_END = math.inf  # the time key of messages released by a connection's end
 
@@ -49,28 +52,32 @@ class StagedSeen:
     def __init__(self, out: str, staging: str, task: str) -> None:
         self._out = out
         self._path = f"{output_fs(out)[1]}/{staging}/{STAGED_NAME}/{task}.parquet"
-        self._rows: list[tuple] = []
+        # The columns as they come (a task's connections one after another, not in key order): sorted by Arrow
+        # when the task ends.
+        self._ts, self._file, self._index = array.array("d"), array.array("i"), array.array("q")
+        self._seen: list[bytes] = []
 
     def add(self, ts: float, file: int, index: int, plain_seen: tuple) -> None:
         # Marshalled (plain values only, made and read by this run's own tasks, on the one Python version Spark
         # allows its driver and executors): made in half a pickle's time, and a decode task stages a Seen for about
         # every other message.
-        self._rows.append((ts, file, index, len(self._rows), marshal.dumps(plain_seen)))
+        self._ts.append(ts)
+        self._file.append(file)
+        self._index.append(index)
+        self._seen.append(marshal.dumps(plain_seen))
 
     def close(self) -> tuple[str, int] | None:
         """(staged file, rows), None when there was nothing to stage."""
-        if not self._rows:
+        if not self._seen:
             return None
-        self._rows.sort()
         filesystem, _ = output_fs(self._out)
         filesystem.create_dir(self._path.rsplit("/", 1)[0])
-        columns = [pa.array(column, field.type) for column, field in zip(zip(*self._rows), _SCHEMA)]
-        pq.write_table(pa.table(columns, schema=_SCHEMA), self._path, filesystem=filesystem,
-                       row_group_size=_BATCH_ROWS)
-        return self._path, len(self._rows)
-
-
-_KEY = [(name, "ascending") for name in ("ts", "file", "index", "seq")]
+        rows = len(self._seen)
+        table = pa.table([np.frombuffer(self._ts, np.float64), np.frombuffer(self._file, np.int32),
+                          np.frombuffer(self._index, np.int64), np.arange(rows, dtype=np.int64),
+                          pa.array(self._seen, pa.binary())], schema=_SCHEMA)
+        pq.write_table(table.sort_by(_KEY), self._path, filesystem=filesystem, row_group_size=_BATCH_ROWS)
+        return self._path, rows
 
 
 def _in_key_order(filesystem, staged: list[str]):
