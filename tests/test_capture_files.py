@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+from pathlib import Path
 
 import dpkt
 import pytest
@@ -655,3 +656,36 @@ def test_packets_are_estimated_from_the_start_of_the_file(tmp_path, compressed):
         assert reader.estimated_packets(64 << 20) == 12_000
         assert reader.estimated_packets(1 << 20) > 0
         assert sum(1 for _ in reader.frames()) == 12_000  # the estimate read a copy: the reader starts at the start
+
+
+@pytest.mark.parametrize("form", ["pcap", "pcapng", "ipv6"])
+def test_a_share_of_the_connections_keeps_every_segments_index(tmp_path, form):
+    """A Spark task's share of a file (segment_batches(shard, shards)): the segments of the connections whose
+    endpoints hash to it, both directions together, and None for every other segment, so that each keeps its
+    index; every segment in exactly one share, and the shares spread."""
+    from pcapkit import as_ipv6, read_packets, write_pcap, write_pcapng
+
+    packets = read_packets(Path(__file__).parents[1] / "captures" / "consumer_group.pcap")
+    if form == "pcapng":  # frames from the lower port on a second interface, as Linux cooked v2
+        path = write_pcapng(tmp_path / "c.pcapng", packets,
+                            lambda p: int(tcp_of(p.frame).sport < tcp_of(p.frame).dport),
+                            [(dpkt.pcap.DLT_EN10MB, bytes), (276, lambda f: sll2_header(f[12:14]) + f[14:])])
+    else:
+        path = write_pcap(tmp_path / "c.pcap", [(ts, as_ipv6(f) if form == "ipv6" else f) for ts, f in packets])
+    with open_capture(path) as reader:
+        every = [seg for batch in reader.segment_batches() for seg in batch]
+    assert len(every) == len(packets) and None not in every
+    shares = []
+    for shard in range(3):
+        with open_capture(path) as reader:
+            shares.append([seg for batch in reader.segment_batches(shard, 3) for seg in batch])
+    connections = []
+    for share in shares:
+        assert len(share) == len(every)
+        assert all(seg is None or seg == every[i] for i, seg in enumerate(share))
+        connections.append({frozenset([(s.src, s.sport), (s.dst, s.dport)]) for s in share if s is not None})
+    assert all(sum(share[i] is not None for share in shares) == 1 for i in range(len(every)))
+    assert all(connections) and not (connections[0] & connections[1] or connections[0] & connections[2]
+                                     or connections[1] & connections[2])
+    with open_capture(path) as reader, pytest.raises(ValueError, match="shard must be in"):
+        next(reader.segment_batches(3, 3))

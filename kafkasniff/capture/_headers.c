@@ -261,15 +261,64 @@ static PyObject *make_segment(const uint8_t *f, double ts, const tcp_fields *t) 
     return seg;
 }
 
-/* The segment in a frame, or a new reference to the reason it has none. */
-static PyObject *segment_or_reason(const uint8_t *f, Py_ssize_t n, long linktype, double ts, Py_ssize_t wire_len) {
+/* Which segments a scan makes: every connection's (shards 1), or only those of the connections whose endpoints
+ * hash to `shard` of `shards` (a Spark task's share of a file, pipeline/reading.pyx: each task reads the whole
+ * file, and the others' packets cost no objects). */
+typedef struct {
+    int shard, shards;
+} Share;
+
+static const Share EVERY_CONNECTION = {0, 1};
+
+/* The share a connection's packets go to: the same in both directions (the endpoints in a fixed order) and in
+ * every process (FNV-1a over their bytes, not a seeded hash). */
+static int share_of(const tcp_fields *t, int shards) {
+    const uint8_t *a = t->src, *b = t->dst;
+    unsigned a_port = t->sport, b_port = t->dport;
+    int order = memcmp(a, b, t->address_len);
+    if (order > 0 || (order == 0 && a_port > b_port)) {
+        const uint8_t *address = a;
+        a = b;
+        b = address;
+        unsigned port = a_port;
+        a_port = b_port;
+        b_port = port;
+    }
+    uint64_t hash = 14695981039346656037u;
+#define MIX(byte) (hash = (hash ^ (uint8_t)(byte)) * 1099511628211u)
+    for (int i = 0; i < t->address_len; i++)
+        MIX(a[i]);
+    MIX(a_port >> 8);
+    MIX(a_port);
+    for (int i = 0; i < t->address_len; i++)
+        MIX(b[i]);
+    MIX(b_port >> 8);
+    MIX(b_port);
+#undef MIX
+    return (int)(hash % (uint64_t)shards);
+}
+
+/* The segment in a frame (None when its connection is another share's), or a new reference to the reason it has
+ * none. */
+static PyObject *segment_or_reason(const uint8_t *f, Py_ssize_t n, long linktype, double ts, Py_ssize_t wire_len,
+                                   const Share *share) {
     tcp_fields t;
     int skip = parse(f, n, linktype, wire_len, &t);
     if (skip == SKIP_NONE)
-        return make_segment(f, ts, &t);
+        return share->shards > 1 && share_of(&t, share->shards) != share->shard ? Py_NewRef(Py_None)
+                                                                               : make_segment(f, ts, &t);
     if (skip == SKIP_LINKTYPE)
         return PyUnicode_FromFormat("link type %ld", linktype);
     return Py_NewRef(reason_text[skip]);
+}
+
+/* 0 when a scan's share is one of its shares, else -1 with a ValueError. */
+static int share_valid(const Share *share) {
+    if (share->shards < 1 || share->shard < 0 || share->shard >= share->shards) {
+        PyErr_SetString(PyExc_ValueError, "shard must be in 0 .. shards - 1");
+        return -1;
+    }
+    return 0;
 }
 
 static PyObject *parse_frame(PyObject *self, PyObject *args) {
@@ -292,7 +341,7 @@ static PyObject *parse_frame(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
         return NULL;
     }
-    PyObject *result = segment_or_reason(frame.buf, frame.len, linktype, ts, wire_len);
+    PyObject *result = segment_or_reason(frame.buf, frame.len, linktype, ts, wire_len, &EVERY_CONNECTION);
     PyBuffer_Release(&frame);
     return result;
 }
@@ -311,13 +360,13 @@ static int count_skips(PyObject *skipped, PyObject *reason, long n) {
 
 static int count_skip(PyObject *skipped, PyObject *reason) { return count_skips(skipped, reason, 1); }
 
-/* One captured record: its segment (parse), or its (ts, linktype, frame, wire_len); a frame without a
- * segment is counted in `skipped` by its reason. */
-static int add_record(PyObject *items, PyObject *skipped, int parse, const uint8_t *f, Py_ssize_t caplen,
-                      long linktype, double ts, Py_ssize_t wire_len) {
+/* One captured record: its segment (parse; None when it is another share's), or its (ts, linktype, frame,
+ * wire_len); a frame without a segment is counted in `skipped` by its reason. */
+static int add_record(PyObject *items, PyObject *skipped, int parse, const Share *share, const uint8_t *f,
+                      Py_ssize_t caplen, long linktype, double ts, Py_ssize_t wire_len) {
     PyObject *item;
     if (parse) {
-        item = segment_or_reason(f, caplen, linktype, ts, wire_len);
+        item = segment_or_reason(f, caplen, linktype, ts, wire_len, share);
         if (item != NULL && PyUnicode_CheckExact(item)) {
             int failed = count_skip(skipped, item);
             Py_DECREF(item);
@@ -340,9 +389,15 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
     double units;
     long linktype;
     PyObject *skipped;
-    if (!PyArg_ParseTuple(args, "y*pndlnO!p:scan_pcap", &buf, &big_endian, &record_header_len, &units,
-                          &linktype, &max_record, &PyDict_Type, &skipped, &parse_segments))
+    Share share = EVERY_CONNECTION;
+    if (!PyArg_ParseTuple(args, "y*pndlnO!p|ii:scan_pcap", &buf, &big_endian, &record_header_len, &units,
+                          &linktype, &max_record, &PyDict_Type, &skipped, &parse_segments, &share.shard,
+                          &share.shards))
         return NULL;
+    if (share_valid(&share) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     if (parse_segments && segment_type == NULL) {
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
@@ -368,7 +423,8 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
             break;
         records++;
         double ts = (double)seconds + (double)fraction / units;
-        if (add_record(items, skipped, parse_segments, h + record_header_len, caplen, linktype, ts, wire_len))
+        if (add_record(items, skipped, parse_segments, &share, h + record_header_len, caplen, linktype, ts,
+                       wire_len))
             goto fail;
         pos += record_header_len + caplen;
     }
@@ -394,9 +450,14 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
     Py_ssize_t pos = 0, max_record;
     int big_endian, parse_segments, at_block = 0;
     PyObject *interfaces, *skipped;
-    if (!PyArg_ParseTuple(args, "y*pO!nO!p:scan_pcapng", &buf, &big_endian, &PyList_Type, &interfaces, &max_record,
-                          &PyDict_Type, &skipped, &parse_segments))
+    Share share = EVERY_CONNECTION;
+    if (!PyArg_ParseTuple(args, "y*pO!nO!p|ii:scan_pcapng", &buf, &big_endian, &PyList_Type, &interfaces,
+                          &max_record, &PyDict_Type, &skipped, &parse_segments, &share.shard, &share.shards))
         return NULL;
+    if (share_valid(&share) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     if (parse_segments && segment_type == NULL) {
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
@@ -466,8 +527,8 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
                 goto fail;
             last_described = described;
         }
-        if (add_record(items, skipped, parse_segments, frame, caplen, linktype, offset + (double)stamp / units,
-                       wire_len))
+        if (add_record(items, skipped, parse_segments, &share, frame, caplen, linktype,
+                       offset + (double)stamp / units, wire_len))
             goto fail;
     }
 #undef U32
@@ -568,8 +629,8 @@ static int walk_ring_block(const uint8_t *block, size_t size, long linktype, PyO
             caplen += 4;  /* at most the block's size, plus 4 */
             wire_len = wire_len > UINT32_MAX - 4 ? UINT32_MAX : wire_len + 4;
         }
-        if (add_record(segments, skipped, 1, frame, caplen, linktype, (double)seconds + nanoseconds * 1e-9,
-                       wire_len) ||
+        if (add_record(segments, skipped, 1, &EVERY_CONNECTION, frame, caplen, linktype,
+                       (double)seconds + nanoseconds * 1e-9, wire_len) ||
                 (pcap_records != Py_None &&
                  append_pcap_record(pcap_records, seconds, nanoseconds, frame, caplen, wire_len))) {
             failed = -1;
@@ -667,8 +728,10 @@ static PyObject *skip_blocks(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"parse_frame", parse_frame, METH_VARARGS, "The TcpSegment in a frame, or the reason it holds none."},
-    {"scan_pcap", scan_pcap, METH_VARARGS, "Whole pcap records in a buffer, as segments or frames."},
-    {"scan_pcapng", scan_pcapng, METH_VARARGS, "Whole pcapng packet blocks in a buffer, as segments or frames."},
+    {"scan_pcap", scan_pcap, METH_VARARGS,
+     "Whole pcap records in a buffer, as segments or frames (a share of the connections: shard, shards)."},
+    {"scan_pcapng", scan_pcapng, METH_VARARGS,
+     "Whole pcapng packet blocks in a buffer, as segments or frames (a share of the connections: shard, shards)."},
     {"skip_blocks", skip_blocks, METH_VARARGS, "Where a walk of pcapng blocks reaches a section header or secrets."},
 #ifdef __linux__
     {"scan_ring_block", scan_ring_block, METH_VARARGS, "The frames of one block of a TPACKET_V3 ring, as segments."},

@@ -139,13 +139,16 @@ class CaptureReader:
         """Yield the TCP segment of each record that holds one; others are counted in `skipped`."""
         return chain.from_iterable(self.segment_batches())
 
-    def segment_batches(self) -> Iterator[list[TcpSegment]]:
+    def segment_batches(self, shard: int = 0, shards: int = 1) -> Iterator[list[TcpSegment | None]]:
         """`segments()` a list at a time (those of each chunk read): a loop over millions of packets
-        pays for resuming a generator once per chunk instead of once per packet."""
-        return self._records(parse=True)
+        pays for resuming a generator once per chunk instead of once per packet. With `shards`, only the
+        segments of the connections whose endpoints hash to `shard` (the same share for both directions, in any
+        process); the others' are None, so that each segment keeps its index among the file's."""
+        return self._records(True, shard, shards)
 
-    def _records(self, parse: bool) -> Iterator[list]:
-        batches = self._pcapng_batches(parse) if self.format == "pcapng" else self._pcap_batches(parse)
+    def _records(self, parse: bool, shard: int = 0, shards: int = 1) -> Iterator[list]:
+        batches = (self._pcapng_batches(parse, shard, shards) if self.format == "pcapng"
+                   else self._pcap_batches(parse, shard, shards))
         try:
             for items, records in batches:
                 self.frames_read += records
@@ -174,7 +177,7 @@ class CaptureReader:
         linktype = int.from_bytes(header[16:20], "big" if byte_order == ">" else "little")
         return linktype & _LINKTYPE_MASK, byte_order, units, record_header_len
 
-    def _pcap_batches(self, parse: bool):
+    def _pcap_batches(self, parse: bool, shard: int, shards: int):
         """(items, records read) for the whole records of each chunk read: the record loop and the
         header parsing run in C. readinto1 hands over every byte decompressed before damage in a gzip file."""
         linktype, byte_order, units, record_header_len = self._pcap_layout
@@ -184,7 +187,8 @@ class CaptureReader:
         while unread.read_more():
             with unread.view() as buf:
                 items, records, pos, bad_caplen = _headers.scan_pcap(
-                    buf, byte_order == ">", record_header_len, units, linktype, MAX_RECORD_BYTES, skipped, parse)
+                    buf, byte_order == ">", record_header_len, units, linktype, MAX_RECORD_BYTES, skipped, parse,
+                    shard, shards)
             yield items, records
             if bad_caplen is not None:
                 self._warn(f"record at byte {offset + pos} claims {bad_caplen} bytes: file corrupt from here")
@@ -201,7 +205,7 @@ class CaptureReader:
         elif unread.size:
             self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
 
-    def _pcapng_batches(self, parse: bool):
+    def _pcapng_batches(self, parse: bool, shard: int, shards: int):
         """(items, records read) for the packet blocks of each chunk read: the block loop runs in C
         (scan_pcapng); the blocks it leaves (section headers, interface descriptions, others, and
         invalid lengths) are read here, one at a time."""
@@ -216,7 +220,7 @@ class CaptureReader:
             while True:
                 with unread.view() as buf:
                     items, records, pos, at_block = _headers.scan_pcapng(
-                        buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse)
+                        buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse, shard, shards)
                 if records:
                     yield items, records
                 unread.take(pos)

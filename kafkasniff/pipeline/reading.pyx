@@ -8,16 +8,15 @@ connection sees its packets in the order of one capture merged from all inputs, 
 files (`tcpdump -C/-G`) and overlapping inputs read as the capture they were cut from.
 
 A run of local uncompressed files that are not too big skips the shuffle (shard_rows): each of N tasks reads every
-file and keeps the connections whose key hashes to it, sorted as a shuffled partition would be, and decodes
-them (connections.decode_segment_rows). Reading a file costs a fraction of decoding it, and the segments are
-never made Arrow batches nor cross into the JVM.
+file and keeps the connections whose endpoints hash to it (the reader makes no segment of the others' packets),
+sorted as a shuffled partition would be, and decodes them (connections.decode_segment_rows). Reading a file costs
+a fraction of decoding it, and the segments are never made Arrow batches nor cross into the JVM.
 
 The loop over a file's segments is compiled: in Python it cost twice what reading the packets did.
 """
 
 import os
 import tempfile
-import zlib
 from collections.abc import Callable, Iterator
 from libc.math cimport INFINITY
 
@@ -92,7 +91,7 @@ cdef object _opened(str path, str name, report, bint tell):
 
 def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
     """The segment rows (SEGMENT_SCHEMA's order) of the connections of a run's local files (numbered in the list's
-    order, the run's) whose keys hash to `shard` of `shards`, in the order a shuffled partition has them (key,
+    order, the run's) whose endpoints hash to `shard` of `shards` (CaptureReader.segment_batches), in the order a shuffled partition has them (key,
     time, file, index), BATCH_SEGMENTS at a time: held in memory until every file is read, so the job takes this
     path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the files."""
     # Rows are kept by connection, each connection's in the order read, (file, index): that is their (time, file,
@@ -150,11 +149,6 @@ def _time_file_index(tuple row):
     return row[1], row[2], row[3]
 
 
-cdef int _shard_of(str key, int shards):
-    """The same for a key in every process (str's hash is not: it is seeded per process)."""
-    return zlib.crc32(key.encode()) % shards if shards > 1 else 0
-
-
 def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport) -> Iterator[pa.RecordBatch]:
     """A file Spark read whole (any Hadoop file system): spooled to local disk for the reader."""
     fd, path = tempfile.mkstemp(prefix="kafkasniff-", suffix=".capture")
@@ -170,22 +164,21 @@ def _segment_rows(reader: CaptureReader, int file_number, int shard, int shards)
     """The rows (SEGMENT_SCHEMA's order) of the reader's segments of the connections in `shard` (of `shards`), in
     lists of at most BATCH_SEGMENTS rows or about BATCH_BYTES of payload (a batch each)."""
     cdef list rows = []
-    cdef dict keys = {}  # each connection's (key, forward, in the shard), made once for its 4-tuple's packets
+    cdef dict keys = {}  # each connection's (key, forward), made once for its 4-tuple's packets
     cdef long long size = 0, count = 0
     cdef tuple seg, found
-    for segments in reader.segment_batches():
+    for segments in reader.segment_batches(shard, shards):
         for item in <list>segments:
+            count += 1  # (another shard's segment is None: it keeps its index)
+            if item is None:
+                continue
             seg = <tuple>item  # a TcpSegment: (ts, src, sport, dst, dport, seq, ack, flags, payload, missing)
             ends = seg[1:5]
             found = keys.get(ends)
             if found is None:
                 if len(keys) >= KEYS_KEPT:
                     keys.clear()
-                key, forward = _key_and_direction(*ends)
-                found = keys[ends] = (key, forward, _shard_of(key, shards) == shard)
-            count += 1
-            if not found[2]:
-                continue
+                found = keys[ends] = _key_and_direction(*ends)
             payload = seg[8]
             rows.append((found[0], seg[0], file_number, count - 1, found[1], seg[5], seg[6], seg[7], payload,
                          seg[9]))
