@@ -21,6 +21,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.string cimport memcpy, memset
 
+from kafkasniff.render.decimal cimport DECIMAL_ROOM, write_decimal
 from kafkasniff.render.fieldslots cimport FieldObject, slot
 from rich.cells import cell_len
 
@@ -331,12 +332,9 @@ cdef inline Py_ssize_t _digits(Py_ssize_t v):
 
 
 cdef int _put_int(Out *o, Py_ssize_t v) except -1:
-    cdef char text[24]
-    cdef Py_ssize_t n = _digits(v), i
-    for i in range(n - 1, -1, -1):
-        text[i] = <char>(48 + v % 10)
-        v //= 10
-    return _put(o, text, n)
+    cdef char text[DECIMAL_ROOM]
+    cdef int at = write_decimal(text, v)
+    return _put(o, text + at, DECIMAL_ROOM - at)
 
 
 cdef inline bint _plain(const char *p, Py_ssize_t n):

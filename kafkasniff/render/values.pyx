@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 
 from cpython.object cimport PyObject
 
+from kafkasniff.render.decimal cimport DECIMAL_ROOM, write_decimal
 from kafkasniff.render.fieldslots cimport FieldObject, slot
 
 from kafkasniff.protocol._walk import FieldBase, readable
@@ -33,19 +34,9 @@ cdef str _decimal(object v):
     cdef long long n = PyLong_AsLongLongAndOverflow(v, &overflow)
     if overflow:
         return str(v)
-    cdef char text[24]
-    cdef int at = 24
-    cdef unsigned long long u = <unsigned long long>(-(n + 1)) + 1 if n < 0 else <unsigned long long>n
-    while True:
-        at -= 1
-        text[at] = <char>(48 + u % 10)
-        u //= 10
-        if u == 0:
-            break
-    if n < 0:
-        at -= 1
-        text[at] = b'-'
-    return text[at:24].decode("ascii")
+    cdef char text[DECIMAL_ROOM]
+    cdef int at = write_decimal(text, n)
+    return text[at:DECIMAL_ROOM].decode("ascii")
 
 
 DEFAULT_MAX_VALUE = 64
