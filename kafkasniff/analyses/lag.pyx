@@ -54,6 +54,12 @@ cdef enum:
     IS_CONTROL = 3
 
 
+cdef inline object part_topic(tuple topics, const Part *part, dict by_id):
+    """A packed partition's topic name: its (topic, topic id) pair in the message's topics, the id resolved."""
+    topic, topic_id = topics[part.topic]
+    return topic_name(topic, topic_id, by_id)
+
+
 cdef class Position:
     """One consumer's fetching of one partition."""
 
@@ -216,8 +222,7 @@ cdef class LagTracker:
         cdef Packed packed = packed_of(data, SLOTS)
         part = first_part()
         while next_part(&packed, &part):
-            topic, topic_id = topics[part.topic]
-            session[topic_name(topic, topic_id, by_id), part.partition] = fact(&packed, &part, FETCH_OFFSET, None)
+            session[part_topic(topics, &part, by_id), part.partition] = fact(&packed, &part, FETCH_OFFSET, None)
         read_committed = request_root.get("isolation_level") == READ_COMMITTED
         client = s.client_id
         host_ip = s.client[0]
@@ -229,8 +234,7 @@ cdef class LagTracker:
         while next_part(&packed, &part):
             if value(&packed, &part, ERROR_CODE):
                 continue
-            topic, topic_id = topics[part.topic]
-            topic = topic_name(topic, topic_id, by_id)
+            topic = part_topic(topics, &part, by_id)
             partition = part.partition
             key = (topic, partition)
             high_watermark = fact(&packed, &part, HIGH_WATERMARK, -1)
@@ -292,15 +296,13 @@ cdef class LagTracker:
         part = first_part()
         while next_part(&packed, &part):
             if part.batch_count:
-                topic, topic_id = topics[part.topic]
-                sent[topic_name(topic, topic_id, by_id), part.partition] = (value(&packed, &part, RECORDS_BYTES),
-                                                                            batches(&packed, &part))
+                sent[part_topic(topics, &part, by_id), part.partition] = (value(&packed, &part, RECORDS_BYTES),
+                                                                          batches(&packed, &part))
         topics, data = s.partitions
         packed = packed_of(data, SLOTS)
         part = first_part()
         while next_part(&packed, &part):
-            topic, topic_id = topics[part.topic]
-            topic = topic_name(topic, topic_id, by_id)
+            topic = part_topic(topics, &part, by_id)
             partition = part.partition
             base_offset = fact(&packed, &part, BASE_OFFSET, -1)
             request_partition = sent.get((topic, partition))
@@ -326,8 +328,7 @@ cdef class LagTracker:
         part = first_part()
         while next_part(&packed, &part):
             if has(&packed, &part, TIMESTAMP) and value(&packed, &part, TIMESTAMP) == LATEST_OFFSET:
-                topic, topic_id = topics[part.topic]
-                latest.add((topic_name(topic, topic_id, by_id), part.partition))
+                latest.add((part_topic(topics, &part, by_id), part.partition))
         topics, data = s.partitions
         packed = packed_of(data, SLOTS)
         part = first_part()
@@ -335,8 +336,7 @@ cdef class LagTracker:
             offset = fact(&packed, &part, OFFSET, -1)
             if value(&packed, &part, ERROR_CODE) or offset < 0:
                 continue
-            topic, topic_id = topics[part.topic]
-            key = (topic_name(topic, topic_id, by_id), part.partition)
+            key = (part_topic(topics, &part, by_id), part.partition)
             if key in latest:
                 self.end_offset(key[0], key[1], offset, s.ts)
 
