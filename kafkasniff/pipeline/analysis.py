@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from kafkasniff.analyses.insight import Insight
 from kafkasniff.analyses.wire import PlainSeens
+from kafkasniff.engine.heap import collecting_rarely
 from kafkasniff.pipeline.tables import GROUPS, PARTITIONS
 from kafkasniff.pipeline.writing import output_fs, write_rows
 
@@ -127,7 +128,8 @@ def analyse(staged: list[str], out: str) -> dict[str, int]:
     filesystem, _ = output_fs(out)
     insight = Insight(samples=False)
     plain = PlainSeens()
-    for staged_seen in _in_key_order(filesystem, staged):
-        insight.take(plain.seen(marshal.loads(staged_seen)))
+    with collecting_rarely():  # (what the analyses hold grows with the run: each collection would walk all of it)
+        for staged_seen in _in_key_order(filesystem, staged):
+            insight.take(plain.seen(marshal.loads(staged_seen)))
     return {GROUPS.name: write_rows(GROUPS, insight.group_rows(), out),
             PARTITIONS.name: write_rows(PARTITIONS, insight.partition_rows(), out)}
