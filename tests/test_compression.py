@@ -12,8 +12,9 @@ import lz4.frame
 import pytest
 from kafka import codec as kafka_python_codec
 
+from kafkasniff.protocol import compression
 from kafkasniff.protocol.compression import (
-    CODEC_IDS, DecompressedTooLarge, DecompressionFailed, MiB, compress, decompress)
+    CODEC_IDS, DecompressedTooLarge, DecompressionFailed, MiB, RecentBatches, compress, decompress)
 
 REPO = Path(__file__).resolve().parents[1]
 # 300 KB of text that compresses about 10:1, spanning several lz4 and xerial blocks.
@@ -166,3 +167,54 @@ def test_zstd_frames_that_state_their_size_are_read_into_a_buffer_of_that_size(s
     assert _zstd_content_size(stated[:5]) is None
     assert decompress(4, stated, 64 * MiB) == data
     assert decompress(4, unstated, 64 * MiB) == data
+
+
+def _other_payload(n: int) -> bytes:
+    return PAYLOAD.replace(b"record", b"r%05d" % n)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_batch_seen_again_is_decompressed_once(codec):
+    """The same compressed bytes (a Produce request's batch, then the Fetch responses that hand it out again),
+    from other buffers, give the one bytearray; other bytes give their own."""
+    recent = RecentBatches(8 * MiB)
+    compressed = compress(CODEC_IDS[codec], PAYLOAD)
+    first = recent.decompress(CODEC_IDS[codec], memoryview(compressed), 64 * MiB)
+    again = recent.decompress(CODEC_IDS[codec], memoryview(bytearray(b"x" + compressed))[1:], 64 * MiB)
+    assert first == PAYLOAD and again is first
+    other = recent.decompress(CODEC_IDS[codec], compress(CODEC_IDS[codec], _other_payload(1)), 64 * MiB)
+    assert other == _other_payload(1)
+    assert recent.decompress(CODEC_IDS[codec], compressed, 64 * MiB) is first
+
+
+def test_a_batch_seen_again_keeps_to_each_calls_limit():
+    recent = RecentBatches(8 * MiB)
+    compressed = compress(CODEC_IDS["zstd"], PAYLOAD)
+    assert recent.decompress(4, compressed, 64 * MiB) == PAYLOAD
+    with pytest.raises(DecompressedTooLarge):
+        recent.decompress(4, compressed, len(PAYLOAD) - 1)
+    assert recent.decompress(4, compressed, len(PAYLOAD)) == PAYLOAD
+
+
+def test_recent_batches_hold_at_most_their_bytes():
+    """Past `most` decompressed bytes the least recently used go; a batch of more than a quarter is not kept."""
+    recent = RecentBatches(4 * len(PAYLOAD))
+    batches = [compress(CODEC_IDS["gzip"], _other_payload(n)) for n in range(5)]
+    kept = [recent.decompress(1, batch, 64 * MiB) for batch in batches[:4]]
+    assert recent.decompress(1, batches[0], 64 * MiB) is kept[0]  # the first is now the most recently used
+    recent.decompress(1, batches[4], 64 * MiB)  # ... so the second goes
+    assert recent.decompress(1, batches[1], 64 * MiB) is not kept[1]
+    assert recent.decompress(1, batches[0], 64 * MiB) is kept[0]
+    small = RecentBatches(4 * len(PAYLOAD) - 4)
+    big = compress(CODEC_IDS["gzip"], PAYLOAD)
+    assert small.decompress(1, big, 64 * MiB) is not small.decompress(1, big, 64 * MiB)
+
+
+def test_recent_batches_compare_the_bytes_not_only_their_checksum(monkeypatch):
+    monkeypatch.setattr(compression, "_crc32c", lambda data: 7)  # every batch's checksum the same
+    recent = RecentBatches(8 * MiB)
+    one, two = (compress(CODEC_IDS["snappy"], _other_payload(n)) for n in (1, 2))
+    assert len(one) == len(two)
+    assert recent.decompress(2, one, 64 * MiB) == _other_payload(1)
+    assert recent.decompress(2, two, 64 * MiB) == _other_payload(2)
+    assert recent.decompress(2, one, 64 * MiB) == _other_payload(1)

@@ -33,6 +33,7 @@ field in the bytes sizes a buffer past what those bytes can decompress to):
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 
 import cramjam
 
@@ -102,6 +103,51 @@ def decompress(codec_id: int, data, limit: int) -> bytearray:
     except cramjam.DecompressionError as exc:
         raise DecompressionFailed(f"{codec_name(codec_id)}: {exc}") from None
     raise DecompressionFailed(f"unknown compression codec {codec_id}")
+
+
+class RecentBatches:
+    """The batches decompressed last, found again by their compressed bytes. A capture taken at a broker holds
+    most batches several times: in the Produce request that carried it and in the Fetch response of every
+    consumer that read it, the same compressed bytes each time (a broker hands batches out as they were
+    produced), and consumers read close behind producers. Holds at most `most` decompressed bytes, and no batch
+    of more than a quarter of them; a batch found again is compared byte for byte, not trusted to its checksum."""
+
+    def __init__(self, most: int):
+        self._entries: OrderedDict = OrderedDict()  # (codec, crc32c, length) -> (compressed bytes, decompressed)
+        self._held = 0
+        self._most = most
+
+    def decompress(self, codec_id: int, data, limit: int) -> bytearray:
+        """As decompress(), but that the same compressed bytes give the same bytearray: nobody may change it."""
+        key = (codec_id, _crc32c(data), len(data))
+        found = self._entries.get(key)
+        if found is not None and len(found[1]) <= limit and found[0] == bytes(data):
+            self._entries.move_to_end(key)
+            return found[1]
+        out = decompress(codec_id, data, limit)
+        if len(out) <= self._most // 4:
+            if found is not None:  # other bytes of the same checksum, or a smaller limit: the latest is kept
+                self._held -= len(found[1])
+            self._entries[key] = (bytes(data), out)
+            self._entries.move_to_end(key)
+            self._held += len(out)
+            while self._held > self._most:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._held -= len(dropped)
+        return out
+
+
+def _crc32c(data) -> int:
+    # Imported on first use, as walker.crc32c is: the one-line view decompresses nothing.
+    from crc32c import crc32c
+
+    globals()["_crc32c"] = crc32c
+    return crc32c(data)
+
+
+# What each process keeps of the batches it decompressed (the walker's decompression goes through it): a
+# consumer's batch 16 MiB of others' after its producer's still decompresses once.
+RECENT_BATCHES = RecentBatches(16 * MiB)
 
 
 def _zstd_content_size(data) -> int | None:

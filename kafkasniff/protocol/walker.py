@@ -20,7 +20,7 @@ import zlib
 from functools import cache
 
 from kafkasniff.protocol import _walk
-from kafkasniff.protocol.compression import MiB, DecompressedTooLarge, DecompressionFailed, decompress
+from kafkasniff.protocol.compression import RECENT_BATCHES, MiB, DecompressedTooLarge, DecompressionFailed
 from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Field, Malformed
 from kafkasniff.protocol.program import program_for
@@ -70,7 +70,7 @@ def float_json(value: float) -> bytes:
 
 
 _walk.set_hooks({
-    "field_type": Field, "malformed_type": Malformed, "error_name": error_name, "decompress": decompress,
+    "field_type": Field, "malformed_type": Malformed, "error_name": error_name, "decompress": RECENT_BATCHES.decompress,
     "decompression_failed": DecompressionFailed, "too_large": DecompressedTooLarge, "embedded": embedded_program,
     "embedded_size": embedded_size, "crc32c": lambda data: crc32c(data), "crc32": zlib.crc32,
     "float_json": float_json, "topic_text": topic_text,
