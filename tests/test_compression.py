@@ -197,7 +197,7 @@ def test_a_batch_seen_again_keeps_to_each_calls_limit():
 
 
 def test_recent_batches_hold_at_most_their_bytes():
-    """Past `most` decompressed bytes the least recently used go; a batch of more than a quarter is not kept."""
+    """Past `most` decompressed bytes the least recently used go; a batch of more than half of them is not kept."""
     recent = RecentBatches(4 * len(PAYLOAD))
     batches = [compress(CODEC_IDS["gzip"], _other_payload(n)) for n in range(5)]
     kept = [recent.decompress(1, batch, 64 * MiB) for batch in batches[:4]]
@@ -205,7 +205,7 @@ def test_recent_batches_hold_at_most_their_bytes():
     recent.decompress(1, batches[4], 64 * MiB)  # ... so the second goes
     assert recent.decompress(1, batches[1], 64 * MiB) is not kept[1]
     assert recent.decompress(1, batches[0], 64 * MiB) is kept[0]
-    small = RecentBatches(4 * len(PAYLOAD) - 4)
+    small = RecentBatches(2 * len(PAYLOAD) - 2)
     big = compress(CODEC_IDS["gzip"], PAYLOAD)
     assert small.decompress(1, big, 64 * MiB) is not small.decompress(1, big, 64 * MiB)
 
