@@ -119,7 +119,7 @@ class RecentBatches:
 
     def decompress(self, codec_id: int, data, limit: int) -> bytearray:
         """As decompress(), but that the same compressed bytes give the same bytearray: nobody may change it."""
-        key = (codec_id, _crc32c(data), len(data))
+        key = (codec_id, crc32c(data), len(data))
         found = self._entries.get(key)
         if found is not None and len(found[1]) <= limit and found[0] == bytes(data):
             self._entries.move_to_end(key)
@@ -137,12 +137,13 @@ class RecentBatches:
         return out
 
 
-def _crc32c(data) -> int:
-    # Imported on first use, as walker.crc32c is: the one-line view decompresses nothing.
-    from crc32c import crc32c
+def crc32c(data) -> int:
+    # Imported on first use: the crc32c package takes ~60 ms to import, and the one-line view needs no CRC and
+    # decompresses nothing.
+    from crc32c import crc32c as compute
 
-    globals()["_crc32c"] = crc32c
-    return crc32c(data)
+    globals()["crc32c"] = compute
+    return compute(data)
 
 
 # What each process keeps of the batches it decompressed (the walker's decompression goes through it): a

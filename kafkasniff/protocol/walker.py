@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from functools import cache
 
-from kafkasniff.protocol import _walk
+from kafkasniff.protocol import _walk, compression
 from kafkasniff.protocol.compression import RECENT_BATCHES, MiB, DecompressedTooLarge, DecompressionFailed
 from kafkasniff.protocol.errors import error_name
 from kafkasniff.protocol.fields import Field, Malformed
@@ -55,14 +55,6 @@ def embedded_size(which: int) -> int:
     return 2 + len(encode_struct(data_variant(schema, 0), 0, {}))
 
 
-def crc32c(data) -> int:
-    # Imported on first use: the crc32c package takes ~60 ms to import, and the one-line view needs no CRC.
-    from crc32c import crc32c as compute
-
-    globals()["crc32c"] = compute
-    return compute(data)
-
-
 def float_json(value: float) -> bytes:
     import orjson
 
@@ -72,7 +64,7 @@ def float_json(value: float) -> bytes:
 _walk.set_hooks({
     "field_type": Field, "malformed_type": Malformed, "error_name": error_name, "decompress": RECENT_BATCHES.decompress,
     "decompression_failed": DecompressionFailed, "too_large": DecompressedTooLarge, "embedded": embedded_program,
-    "embedded_size": embedded_size, "crc32c": lambda data: crc32c(data), "crc32": zlib.crc32,
+    "embedded_size": embedded_size, "crc32c": lambda data: compression.crc32c(data), "crc32": zlib.crc32,
     "float_json": float_json, "topic_text": topic_text,
 })
 
