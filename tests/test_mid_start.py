@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from capture_manifest import capture_names, load_capture
+from pcapkit import TcpConversation, write_pcap
 from kafkasniff.capture.files import open_capture
 from kafkasniff.capture.packets import SYN, TcpSegment
 from kafkasniff.protocol.identify import response_fits
@@ -127,6 +128,49 @@ def test_started_at_any_packet_nothing_wholly_captured_is_lost(name):
         captured = +captured
         if shown != captured:
             problems.append(f"start {start}: bytes shown {dict(shown)} != bytes captured {dict(captured)}")
+        if len(problems) > 20:
+            break
+    assert problems == []
+
+
+# Captures whose consumers fetch with versions that size a partition's records by an int32 (Fetch v4-v11)
+RECORDS_BY_INT32 = ("aiokafka_codecs", "rebalance_aiokafka")
+SMALL_MSS = 100  # packets this small put a start point inside every response
+
+
+@pytest.mark.parametrize("name", RECORDS_BY_INT32)
+def test_started_inside_a_fetch_response_its_records_are_not_read_as_a_frame(name, tmp_path):
+    """The capture's conversations sent again in packets of SMALL_MSS bytes and started at every packet. A Fetch
+    response's last partition ends with its records' int32 length and then the records, to the response's end: read
+    as a size prefix, it claims exactly the bytes up to the next response, and a single batch at base offset 0 reads
+    as correlation id 0 and a SaslAuthenticate v0 response that fits (found on a capture cut by tcpdump -C inside a
+    2 MB Fetch v11 response). Whatever the start, nothing is decoded that is not a message of the whole capture,
+    and every message whose first packet is at or after the start is."""
+    frames = []  # (direction, payload, index of the packet carrying its first byte)
+    packets = []
+    by_connection: dict[int, list[MessageEvent]] = {}
+    for ev in whole(name).messages:
+        by_connection.setdefault(id(ev.conn), []).append(ev)
+    for n, events in enumerate(by_connection.values()):
+        conn = events[0].conn
+        conversation = TcpConversation(tuple(conn.client), tuple(conn.server), start=1_700_000_000.0 + n,
+                                       mss=SMALL_MSS)
+        for ev in events:
+            frames.append((direction_of(ev), ev.payload, len(packets) + len(conversation.packets)))
+            conversation.send(ev.direction == CLIENT_TO_SERVER, len(ev.payload).to_bytes(4, "big") + ev.payload)
+        packets += conversation.close()
+    with open_capture(write_pcap(tmp_path / "small.pcap", packets)) as reader:
+        segs = list(reader.segments())
+    assert len(segs) == len(packets)
+    known = {(direction, payload) for direction, payload, _ in frames}
+    problems = []
+    for start in range(1, len(segs)):
+        found = Counter((direction_of(ev), ev.payload) for ev in decode(segs[start:]) if type(ev) is MessageEvent)
+        problems += [f"start {start}: {size} bytes decoded as a message the capture does not have"
+                     for (direction, payload) in found if (direction, payload) not in known
+                     for size in [len(payload)]]
+        problems += [f"start {start}: lost a message of {len(payload)} bytes" for direction, payload, first in frames
+                     if first >= start and not found[direction, payload]]
         if len(problems) > 20:
             break
     assert problems == []

@@ -16,7 +16,8 @@ from kafka.record.memory_records import MemoryRecords
 
 from kafkasniff.protocol.compression import CODEC_IDS
 from kafkasniff.protocol.fields import Malformed
-from kafkasniff.protocol.records import DECOMPRESSED_MESSAGES, DECOMPRESSED_RECORDS, decode_records, records_of
+from kafkasniff.protocol.records import (
+    DECOMPRESSED_MESSAGES, DECOMPRESSED_RECORDS, decode_records, records_of, starts_with_checked_batch)
 from kafkasniff.protocol.records_encoder import (
     Record, control_record, encode_message, encode_message_set, encode_record, encode_record_batch)
 
@@ -424,3 +425,44 @@ def test_mutated_batches_never_raise(sample, flips, cut, partial_ok):
         buf[at % len(buf)] = byte
     end = max(len(buf) - cut, 0)
     check_tiling(decode_records(bytes(buf), 0, end, partial_ok=partial_ok), 0, end)
+
+
+def kafka_python_records(magic: int) -> bytes:
+    """Two records as kafka-python's producer frames them: a batch (magic 2) or a legacy message set."""
+    if magic == 2:
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        for i in range(2):
+            builder.append(i, timestamp=1_600_000_000_000 + i, key=None, value=b"value %d" % i, headers=[])
+    else:
+        builder = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 20)
+        for i in range(2):
+            builder.append(i, timestamp=1_600_000_000_000 + i, key=None, value=b"value %d" % i)
+    return bytes(builder.build())
+
+
+@pytest.mark.parametrize("magic", [0, 1, 2])
+def test_a_checked_batch_is_told_from_a_frame_by_its_checksum(magic):
+    """What a search for a frame boundary asks of a candidate's bytes (framing's judge): a record batch or legacy
+    message whose checksum holds is records, at the start of the bytes only, whole only, and not with one bit
+    changed under its checksum (the first item's: the one asked about)."""
+    records = kafka_python_records(magic)
+    padded = b"\x07" * 5 + records + b"\x00" * 3  # the records inside more bytes, as in a response
+    assert starts_with_checked_batch(padded, 5, len(padded))
+    assert starts_with_checked_batch(records, 0, len(records))
+    assert not starts_with_checked_batch(padded, 4, len(padded))  # not at its start
+    assert not starts_with_checked_batch(padded, 5, 5 + 30)  # the first item cut short
+    flipped = bytearray(records)
+    flipped[12 + int.from_bytes(records[8:12], "big") - 1] ^= 1  # the first item's last byte
+    assert not starts_with_checked_batch(flipped, 0, len(flipped))
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200), st.integers(0, 40), st.sampled_from([0, 1, 2]))
+def test_any_bytes_are_judged_without_raising(data, pos, magic):
+    """Length fields claiming anything (negative, past the end) and bytes too short are answered, not raised on:
+    the bytes are a checked batch only when its checksum holds."""
+    data = bytearray(data)
+    if len(data) > pos + 16:
+        data[pos + 16] = magic  # most examples then reach the checksum
+    assert starts_with_checked_batch(data, pos, len(data)) in (True, False)

@@ -21,6 +21,8 @@ from bisect import bisect_left, bisect_right, insort
 from operator import itemgetter
 from typing import NamedTuple
 
+from kafkasniff.protocol.records import starts_with_checked_batch
+
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memchr, memcpy
 
@@ -377,6 +379,8 @@ cdef class Framer:
                     return False, 0  # each request, and so each response, has a higher id than the last
             if next_header is None and not final:
                 return None, self.buf_offset + end + 4 + plausibility.header_bytes
+        if size > 16 and p[start + 16] <= 2 and starts_with_checked_batch(buf, start, end):
+            return False, 0  # a Produce's or Fetch's records after their length: a message's start was lost
         return plausibility.frame(buf, start, end), 0
 
 

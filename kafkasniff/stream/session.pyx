@@ -213,12 +213,31 @@ cdef class ResponseFrames(Plausibility):
             if not self.inference_budget:
                 return False
             reading, screened = inferred = self.session._infer(payload)
+            if reading is not None and reading.api_key in NOT_INFERRED_IN_A_SEARCH and \
+                    not _has_sent(self.session, reading.api_key):
+                return False
             if reading is None:
                 self.inference_budget -= 1
             self.session.just_inferred = (payload, inferred)  # the frame is decoded next: its reading is known
             return reading is not None
         m = request.message
         return decode_response_for_request(payload, m.api_key, m.api_version, skim=True).malformed is None
+
+
+# Responses a search for a frame boundary does not infer unless the connection was seen sending their requests. The
+# SASL exchange opens a connection (and re-authenticates it): its responses follow requests that were captured, while
+# their loose layouts (an error code, a string or a list of them, bytes) fit the tail of many another message, where
+# a length-prefixed last field claims the bytes to the message's end (a consumer's assignment ending a SyncGroup
+# response reads as SaslAuthenticate v0).
+NOT_INFERRED_IN_A_SEARCH = frozenset({_SASL_HANDSHAKE, SASL_AUTHENTICATE})
+
+
+cdef bint _has_sent(Session session, api_key):
+    """Whether the connection was seen sending a request of this API (any version)."""
+    for kind in session.requests_sent:
+        if (<tuple>kind)[0] == api_key:
+            return True
+    return False
 
 
 cdef int NO_SIDE = -1
