@@ -197,7 +197,7 @@ def test_mid_connection_start_resynchronises_and_reports_the_skipped_bytes(tmp_p
     expected = [notice(stream, client, big["dst"], "c2s", rest[0]["ts"], MID_STREAM, 0, skipped_request)]
     expected += rest[:2]  # Produce 3 and 4, sent before any response
     # Produce v10 is what the client sends: of the versions whose responses fit, it is the one shown.
-    expected.append(dict(response2, inferred=True, latency_ms=None, client_id=None))
+    expected.append(dict(response2, inferred=True, latency_ms=None, client_id=None, alternatives=readings("Produce", 9, 11, 12)))
     expected += rest[2:]
     assert skipped_request == 184
     assert of_stream(got, stream) == expected
@@ -212,7 +212,8 @@ def test_mid_connection_start_inside_a_one_megabyte_produce(tmp_path):
     conn = indexes(pks, port_of(client))
     produce_start = request_packet(pks, port_of(client), big["correlation_id"])
     start = carrying(pks, produce_start, big["size"] + 4)[9]  # the capture starts at its 10th segment
-    got = decode(write_pcap(tmp_path / "mid.pcap", [p for i, p in enumerate(pks) if i not in conn or i >= start]))
+    cut = write_pcap(tmp_path / "mid.pcap", [p for i, p in enumerate(pks) if i not in conn or i >= start])
+    got = decode(cut)
 
     assert other_streams(got, stream) == other_streams(events, stream)
     skipped = tcp_of(pks[produce_start].frame).seq + big["size"] + 4 - tcp_of(pks[start].frame).seq
@@ -226,9 +227,14 @@ def test_mid_connection_start_inside_a_one_megabyte_produce(tmp_path):
     assert of_stream(got, stream) == [
         notice(stream, client, big["dst"], "c2s", telemetry[0]["ts"], MID_STREAM, 0, skipped),
         telemetry[0],
-        dict(response5, inferred=True, latency_ms=None, client_id=None, api_version=9),
+        dict(response5, inferred=True, latency_ms=None, client_id=None, api_version=9,
+             alternatives=readings("Produce", 10, 11, 12)),
         telemetry[1],
     ]
+    # the line says which other versions fit (they share v9's layout), and so does -V's headline
+    (line,) = [line for line in run(cut).splitlines() if " Produce v9 response corr=5 " in line]
+    assert line.endswith(" (request not captured: inferred; also fits Produce v10-v12) confluent-none[1]")
+    assert line in run(cut, "-V").splitlines()
 
 
 def test_lost_segment_inside_a_one_megabyte_fetch_response(tmp_path):
@@ -341,7 +347,8 @@ def test_lost_request_segment_leaves_later_requests_paired(tmp_path):
     messages = [e for e in after if e["kind"] != "notice"]
     i = before.index(listing)
     # ListOffsets v6 to v9 responses share one layout: the lowest version is shown.
-    inferred = dict(response, inferred=True, latency_ms=None, client_id=None, api_version=6)
+    inferred = dict(response, inferred=True, latency_ms=None, client_id=None, api_version=6,
+                    alternatives=readings("ListOffsets", 7, 8, 9, 10, 11))
     assert messages == before[:i] + [inferred] + before[i + 2:]
     (gap,) = [e for e in after if e["kind"] == "notice"]
     assert (gap["text"], gap["stream_offset"], gap["size"]) == (MISSING, before[i - 2]["size"] + 4, listing["size"] + 4)
@@ -365,16 +372,26 @@ def without_request(tmp_path: Path, name: str, request: dict) -> tuple[list[dict
     return got, response, response_bytes(pks, request["src"], response)
 
 
-@pytest.mark.parametrize("name, stream, correlation_id, api_name, api_version, lowest_fit", [
-    ("consumer_group", 4, 7, "Heartbeat", 4, ("Produce", 1)),
-    ("rebalance_aiokafka", 7, 3, "JoinGroup", 5, ("JoinGroup", 2)),
-    ("transactions", 11, 4, "AddPartitionsToTxn", 3, ("OffsetCommit", 8)),
+def readings(api_name: str, *versions: int) -> list[dict]:
+    """An inferred response's `alternatives` (the other readings that fit its bytes) of one API."""
+    return [{"api_name": api_name, "api_version": version} for version in versions]
+
+
+# A Heartbeat v4 response (throttle time, error code, no tagged fields) fits 75 readings of 29 APIs besides its own
+HEARTBEAT_ALSO_FITS = (75, 29, ["OffsetCommit", "Produce", "Fetch"])
+
+
+@pytest.mark.parametrize("name, stream, correlation_id, api_name, api_version, lowest_fit, also_fits", [
+    ("consumer_group", 4, 7, "Heartbeat", 4, ("Produce", 1), HEARTBEAT_ALSO_FITS),
+    ("rebalance_aiokafka", 7, 3, "JoinGroup", 5, ("JoinGroup", 2), readings("JoinGroup", 2, 3, 4)),
+    ("transactions", 11, 4, "AddPartitionsToTxn", 3, ("OffsetCommit", 8),
+     readings("OffsetCommit", 8, 9, 10) + readings("TxnOffsetCommit", 3, 4, 5, 6) + readings("AlterReplicaLogDirs", 2)),
 ])
 def test_response_whose_lost_request_the_client_sent_before_is_read_at_that_version(
-        tmp_path, name, stream, correlation_id, api_name, api_version, lowest_fit):
+        tmp_path, name, stream, correlation_id, api_name, api_version, lowest_fit, also_fits):
     """A request lost whose API and version the client sent earlier on its connection (answered, so no longer at
     hand): its response is read as that API and version, inferred, body identical, though lower schemas fit its
-    bytes too (one of them was shown before). Nothing else changes."""
+    bytes too (one of them was shown before), which it lists (`alternatives`). Nothing else changes."""
     events = original(name)
     lost = message(events, "request", api_name, correlation_id, stream)
     assert lost["api_version"] == api_version
@@ -385,7 +402,13 @@ def test_response_whose_lost_request_the_client_sent_before_is_read_at_that_vers
     assert fits[0] == lowest_fit and (api_name, api_version) in fits
 
     assert other_streams(got, stream) == other_streams(events, stream)
-    inferred = dict(response, inferred=True, latency_ms=None, client_id=None)
+    shown = next(e for e in of_stream(got, stream) if e.get("inferred"))
+    if also_fits is HEARTBEAT_ALSO_FITS:
+        count, apis, first = also_fits
+        names = list(dict.fromkeys(reading["api_name"] for reading in shown["alternatives"]))
+        assert (len(shown["alternatives"]), len(names), names[:3]) == (count, apis, first)
+        also_fits = shown["alternatives"]
+    inferred = dict(response, inferred=True, latency_ms=None, client_id=None, alternatives=also_fits)
     before = [e for e in of_stream(events, stream) if e != lost]
     assert [e for e in of_stream(got, stream) if e["kind"] != "notice"] == \
         [inferred if e == response else e for e in before if e["kind"] != "notice"]

@@ -17,6 +17,7 @@ import pcapkit
 from capture_manifest import CAPTURES_DIR
 from kafkasniff.cli import main
 from kafkasniff.protocol.encoder import encode_request
+from kafkasniff.protocol.identify import readings_text
 from kafkasniff.protocol.records_encoder import Record, encode_record_batch
 from kafkasniff.render.hexinput import parse_hex_blocks
 from loopback import connection_frames
@@ -276,3 +277,14 @@ def test_an_inferred_response_is_named_with_its_article():
     got, _ = explain(response.hex())
     assert got["assumed"] == ("assumed an ApiVersions v3 response: it is the most plausible of 3 response schemas "
                               "that consume the bytes exactly")
+
+
+def test_readings_that_fit_are_named_by_api_with_their_versions_joined():
+    """How a line names the other readings of some bytes (an inferred response in `decode`, `explain`): each API
+    once, in the order of its first reading, its versions ascending with runs joined; past three APIs, a count."""
+    assert readings_text([("Fetch", 17), ("Fetch", 13), ("Fetch", 14), ("Fetch", 15), ("Fetch", 18)]) == \
+        "Fetch v13-v15 v17-v18"
+    assert readings_text([("Metadata", 6)]) == "Metadata v6"
+    assert readings_text([("OffsetCommit", 8), ("TxnOffsetCommit", 3), ("OffsetCommit", 9), ("AlterReplicaLogDirs", 2),
+                          ("Produce", 1), ("Produce", 3), ("Fetch", 0)]) == \
+        "OffsetCommit v8-v9, TxnOffsetCommit v3, AlterReplicaLogDirs v2 and 2 more APIs"

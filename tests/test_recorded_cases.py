@@ -89,20 +89,21 @@ def test_a_first_frame_with_trailing_bytes_is_a_frame(tmp_path):
 
 
 def test_a_connection_holding_one_response_is_shown(tmp_path):
-    """The capture begins after the request went out: the one complete response is inferred."""
+    """The capture begins after the request went out: the one complete response is inferred, and the other
+    version whose layout it shares is named."""
     steps = connection_frames("consumer_group", 0)[:4]  # ApiVersions, then Metadata v12, each answered
     path, port = record(tmp_path / "lone.pcap", steps, start_at=3)
 
     (response,) = decode_json(path)
     # Metadata v11 and v12 responses share one layout: without the request, the lower version is shown.
     assert {k: response[k] for k in ("kind", "stream", "api_name", "api_version", "correlation_id", "size",
-                                     "inferred", "latency_ms", "malformed", "src")} == {
+                                     "inferred", "alternatives", "latency_ms", "malformed", "src")} == {
         "kind": "response", "stream": 0, "api_name": "Metadata", "api_version": 11, "correlation_id": 2,
-        "size": len(steps[3][1]) - 4, "inferred": True, "latency_ms": None, "malformed": None,
-        "src": f"{LOOPBACK}:{port}"}
+        "size": len(steps[3][1]) - 4, "inferred": True, "alternatives": [{"api_name": "Metadata", "api_version": 12}],
+        "latency_ms": None, "malformed": None, "src": f"{LOOPBACK}:{port}"}
     (line,) = decode(path).splitlines()
     assert line.endswith(f" #0 {response['dst']} ← {LOOPBACK}:{port} Metadata v11 response corr=2 165B "
-                         "(request not captured: inferred)")
+                         "(request not captured: inferred; also fits Metadata v12)")
 
 
 # ---------------------------------------------------------------- TLS

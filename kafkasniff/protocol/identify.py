@@ -56,11 +56,49 @@ class Screened(NamedTuple):
     fits: list[tuple[int, int]]  # (API key, version), most plausible first
     untried: int                 # schemas not screened: the frame's steps ran out first
 
+    def others(self, api_key: int, api_version: int) -> list[tuple[str, int]]:
+        """The readings that fit besides (api_key, api_version), most plausible first, as (API name, version)."""
+        return [(api_name(key), version) for key, version in self.fits if (key, version) != (api_key, api_version)]
+
+    def besides(self, api_key: int, api_version: int) -> str:
+        """What else may be read of the bytes, for an inferred response's line: `; also fits Fetch v13-v15 v17,
+        Metadata v1; 40 schemas not tried`, or nothing."""
+        others = self.others(api_key, api_version)
+        return (f"; also fits {readings_text(others)}" if others else "") + (
+            f"; {self.untried} schemas not tried" if self.untried else "")
+
     def nothing_fits(self) -> str:
         if not self.untried:
             return "no response schema fits these bytes"
         return (f"none of the {len(all_versions_list('response')) - self.untried} response schemas tried fits these "
                 f"bytes ({self.untried} not tried: the work per frame is bounded by its size)")
+
+
+# A line naming the readings that fit some bytes names at most this many APIs (a response of a few bytes fits
+# dozens); --json lists every reading.
+APIS_SHOWN = 3
+
+
+def readings_text(readings: list[tuple[str, int]]) -> str:
+    """(API name, version)s as `Fetch v13-v15 v17, Metadata v1 and 4 more APIs`: each API's versions together,
+    ascending, runs of consecutive versions joined, the APIs in the order of their first reading."""
+    by_name: dict[str, list[int]] = {}
+    for name, version in readings:
+        by_name.setdefault(name, []).append(version)
+    shown = [f"{name} {_version_runs(sorted(versions))}" for name, versions in list(by_name.items())[:APIS_SHOWN]]
+    more = f" and {len(by_name) - APIS_SHOWN} more APIs" if len(by_name) > APIS_SHOWN else ""
+    return ", ".join(shown) + more
+
+
+def _version_runs(versions: list[int]) -> str:
+    """Ascending versions as `v13-v15 v17`: runs of consecutive versions joined."""
+    runs: list[list[int]] = []
+    for version in versions:
+        if runs and version == runs[-1][1] + 1:
+            runs[-1][1] = version
+        else:
+            runs.append([version, version])
+    return " ".join(f"v{low}" if low == high else f"v{low}-v{high}" for low, high in runs)
 
 
 def response_fits(buf, pos: int = 0, end: int | None = None, at_hand: frozenset[tuple[int, int]] = frozenset(),

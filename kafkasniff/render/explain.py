@@ -14,8 +14,9 @@ from typing import Callable, Iterator, TextIO
 from rich.console import Console
 
 from kafkasniff.protocol.fields import Field
-from kafkasniff.protocol.identify import Identification, declared_size
+from kafkasniff.protocol.identify import Identification, declared_size, readings_text
 from kafkasniff.render.bytemap import HEX_SHOWN, Row, byte_rows, uncovered
+from kafkasniff.render.jsonview import readings_json
 from kafkasniff.render.tables import column_widths, table_lines, write_table
 from kafkasniff.render.values import PIECE, Pieces, json_value_in_pieces, show_value, show_value_in_pieces
 
@@ -58,9 +59,8 @@ def print_explanation(console: Console, ident: Identification, data: bytes, limi
     if ident.assumed:
         console.print(f"[yellow]{ident.assumed}[/yellow]")
         if ident.alternatives:
-            shown = ", ".join(f"{n} v{v}" for n, v in ident.alternatives[:12])
-            more = f" and {len(ident.alternatives) - 12} more" if len(ident.alternatives) > 12 else ""
-            console.print(f"[dim]also fits: {shown}{more} (pick one with --api-key/--api-version)[/dim]")
+            console.print(f"[dim]also fits: {readings_text(ident.alternatives)} (pick one with --api-key/--api-version)"
+                          "[/dim]")
     if ident.suggestion:
         console.print(f"[yellow]{ident.suggestion}[/yellow]")
     header = ("offset", "bytes", "field", "type", "value")
@@ -111,7 +111,7 @@ def write_explanation_json(out: TextIO, ident: Identification, data: bytes) -> N
         "header_version": m.header_version, "correlation_id": m.correlation_id, "client_id": m.client_id,
         "size_prefix": ident.has_size_prefix, "size": m.size,
         "assumed": ident.assumed,
-        "alternatives": [{"api_name": n, "api_version": v} for n, v in ident.alternatives],
+        "alternatives": readings_json(ident.alternatives),
         "suggestion": ident.suggestion,
         "following": ident.following,
         "malformed": m.malformed.to_json() if m.malformed else None,

@@ -64,11 +64,22 @@ def message_event_json(ev: MessageEvent, topic_names: Iterable[str] | None = Non
     if m.kind == "response":
         out["latency_ms"] = round(ev.latency_ms, 3) if ev.latency_ms is not None else None
         out["inferred"] = ev.inferred
+        if ev.screened is not None:  # an inferred response: the other readings of its bytes, when there are
+            others = ev.screened.others(m.api_key, m.api_version)
+            if others:
+                out["alternatives"] = readings_json(others)
+            if ev.screened.untried:
+                out["schemas_not_tried"] = ev.screened.untried
         if request is not None and not request.expects_response:
             out["unexpected"] = True
     else:
         out["expects_response"] = ev.expects_response
     return out
+
+
+def readings_json(readings: list[tuple[str, int]]) -> list[dict]:
+    """Other readings of some bytes ((API name, version)s), as `decode --json` and `explain --json` list them."""
+    return [{"api_name": name, "api_version": version} for name, version in readings]
 
 
 def message_event_line(ev: MessageEvent, show_secrets: bool = False, topic_names: Iterable[str] | None = None,

@@ -243,7 +243,10 @@ cpdef bytes message_row(MessageEvent ev, topics=None):
         if not ev.request.expects_response:
             line.text(" (unexpected: its request expected no response)")
     if ev.inferred:
-        line.text(" (request not captured: inferred)")
+        line.text(" (request not captured: inferred")
+        if ev.screened is not None:
+            line.text(ev.screened.besides(m.api_key, m.api_version))
+        line.raw(")", 1)
     if topics is not None and m.api_key in _RECORD_APIS:
         if type(topics) is str:
             line.text(topics)

@@ -20,6 +20,7 @@ cdef class MessageEvent:
     cdef public MessageEvent request  # a response's, when captured
     cdef public object latency_ms  # a response's, when its request was captured
     cdef public bint inferred, expects_response
+    cdef public object screened  # an inferred response's: the readings that fit its bytes (identify.Screened)
     cdef object analysed  # a request's: what the analyses read of it (analyses.wire), kept for its response
 
 

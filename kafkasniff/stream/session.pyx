@@ -4,7 +4,8 @@ Sans-I/O. The caller hands over each side's bytes in stream order (`data`),
 holes (`gap`) and ends (`end`); the session returns events:
 
 - `MessageEvent`: a decoded request or response (responses carry their request
-  and latency, or `inferred=True` when the request was not captured);
+  and latency, or `inferred=True` when the request was not captured, with the
+  other readings that fit its bytes in `screened`);
 - `SaslTokenEvent`: a raw SASL token exchanged after SaslHandshake v0;
 - `NoticeEvent`: bytes not shown as messages (skipped, missing from the capture,
   TLS, not Kafka), so that every byte captured is accounted for.
@@ -648,6 +649,8 @@ cdef class Session:
                 msg.malformed = Malformed(0, f"request not captured, and {screened.nothing_fits()}")
             event = _message_event(self.conn, SERVER_TO_CLIENT, <tuple>frame, msg)
             event.inferred = reading is not None
+            if event.inferred:
+                event.screened = screened
         if msg.api_key == SASL_AUTHENTICATE:
             msg.sasl_mechanism = self.sasl_mechanism
         self.events.append(event)
