@@ -527,6 +527,36 @@ def test_new_syn_on_an_open_connection_starts_a_new_stream():
     assert [e.conn.stream for e in events] == [0, 0, 0, 1, 1, 1]
 
 
+def test_a_four_tuple_open_again_when_its_close_is_forgotten():
+    """A connection reset, its 4-tuple opened again long after (more than closed_linger) while no other connection
+    ended in between, then another connection ends: forgetting the first close finds the 4-tuple open again, not
+    remembered as closed (a capture merged with itself an hour later ended in a KeyError there)."""
+    other = ("10.0.0.3", 40001)
+    events = events_of([
+        seg(CLIENT, 100, flags=SYN, ts=0.0),
+        seg(CLIENT, 101, b"first", ts=0.1),
+        seg(CLIENT, 106, flags=RST, ts=0.2),
+        TcpSegment(100.0, *other, *SERVER, 1, 0, ACK, b"x"),
+        seg(CLIENT, 5000, flags=SYN, ts=100.1),
+        seg(CLIENT, 5001, b"again", ts=100.2),
+        TcpSegment(100.3, *other, *SERVER, 2, 0, RST, b""),
+        seg(CLIENT, 5006, b"!", ts=100.4),
+    ])
+    assert summary(events) == [
+        ("open", 0, Endpoint(*CLIENT)),
+        ("data", A_TO_B, 0, b"first"),
+        ("end", BOTH, END_RST),
+        ("open", 1, None),
+        ("data", A_TO_B, 0, b"x"),
+        ("open", 2, Endpoint(*CLIENT)),
+        ("data", A_TO_B, 0, b"again"),
+        ("end", BOTH, END_RST),
+        ("data", A_TO_B, 5, b"!"),
+        ("end", BOTH, END_CAPTURE),
+    ]
+    assert [e.conn.stream for e in events] == [0, 0, 0, 1, 1, 2, 2, 1, 2, 2]
+
+
 def test_snaplen_cut_bytes_become_a_gap_at_once():
     events = events_of([
         seg(CLIENT, 0, b"abc", missing=7),

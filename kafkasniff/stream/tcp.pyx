@@ -496,7 +496,8 @@ cdef class TcpReassembler:
         order, closed = self._closed_order, self._closed
         while order and now - order[0][0] > self.closed_linger:
             ended_at, key = order.popleft()
-            if closed[key][0] == ended_at:  # not closed again since
+            remembered = closed.get(key)  # (gone when the 4-tuple opened again since)
+            if remembered is not None and remembered[0] == ended_at:  # not closed again since
                 del closed[key]
 
 
