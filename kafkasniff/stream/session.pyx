@@ -216,11 +216,12 @@ cdef class ResponseFrames(Plausibility):
             reading, screened = inferred = self.session._infer(payload)
             if reading is not None and reading.api_key in NOT_INFERRED_IN_A_SEARCH and \
                     not _has_sent(self.session, reading.api_key):
-                return False
+                reading = None  # refused: it counts against the budget as a reading that does not fit
             if reading is None:
                 self.inference_budget -= 1
+                return False
             self.session.just_inferred = (payload, inferred)  # the frame is decoded next: its reading is known
-            return reading is not None
+            return True
         m = request.message
         return decode_response_for_request(payload, m.api_key, m.api_version, skim=True).malformed is None
 
