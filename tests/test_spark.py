@@ -616,7 +616,7 @@ def test_a_decode_task_writes_records_as_they_come_and_finishes_them_a_row_group
 
     from kafkasniff.pipeline.connections import decode_segment_rows
     from kafkasniff.pipeline.reading import shard_rows
-    from kafkasniff.pipeline.writing import StagedTables, finish_staged
+    from kafkasniff.pipeline.writing import StagedTables, finish_staged, output_fs, staged_batches
 
     monkeypatch.setattr(StagedTables, "ROWS_PER_GROUP", 10)
     path = str(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap")
@@ -624,8 +624,7 @@ def test_a_decode_task_writes_records_as_they_come_and_finishes_them_a_row_group
     facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
         shard_rows([path], 0, 1, lambda read: None), [path], frozenset(), str(out), "_staging", "00000-0")]
     staged = next(f for f in facts if f.table_name == "records")
-    layout = pq.ParquetFile(staged.staged).metadata
-    groups = [layout.row_group(i).num_rows for i in range(layout.num_row_groups)]
+    groups = [batch.num_rows for batch in staged_batches(output_fs(str(out))[0], staged.staged)]
     assert len(groups) > 3 and sum(groups) == staged.rows and max(groups) < staged.rows / 2
     streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
     assert finish_staged("records", staged.staged, str(out), "00000", streams, {}) == staged.rows
@@ -937,3 +936,13 @@ def test_tls_captures_decrypt_on_the_executors_as_in_decode(spark, tmp_path):
     assert sorted((c["client"], c["protocol"], c["tls_version"], c["tls_cipher"])
                   for c in keyless_connections) == sorted(
         (c["client"], "tls", c["tls_version"], c["tls_cipher"]) for c in tables["connections"])
+
+
+def test_the_finishing_is_shared_out_so_that_its_tasks_end_together():
+    """The finishing's jobs go to at most a task per core, the costliest first, each to the task with the least so
+    far: the analyses of a message-heavy run alone on one core, a records-heavy run's two big record files on two."""
+    assert build.finishing_tasks([1.0, 0.3, 0.3, 0.05, 0.05, 0.02], 2) == [[0], [1, 2, 3, 4, 5]]
+    assert build.finishing_tasks([0.03, 0.6, 0.5, 0.01, 0.01, 0.02, 0.02], 2) == [[1], [2, 0, 5, 6, 3, 4]]
+    assert build.finishing_tasks([0.2, 0.1], 8) == [[0], [1]]
+    assert build.finishing_tasks([0.2, 0.1, 0.4], 1) == [[2, 0, 1]]
+    assert build.finishing_tasks([], 2) == []

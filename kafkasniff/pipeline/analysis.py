@@ -31,13 +31,12 @@ import math
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kafkasniff.analyses.insight import Insight
 from kafkasniff.analyses.wire import PlainSeens
 from kafkasniff.engine.heap import collecting_rarely
 from kafkasniff.pipeline.tables import GROUPS, PARTITIONS
-from kafkasniff.pipeline.writing import output_fs, write_rows
+from kafkasniff.pipeline.writing import STAGED_SUFFIX, StagedWriter, output_fs, staged_batches, write_rows
 
 STAGED_NAME = "seen"  # the staged files' folder, and their name among the run's facts
 _SCHEMA = pa.schema([("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()), ("seq", pa.int64()),
@@ -48,11 +47,11 @@ AT_THE_END = math.inf  # the time key of messages released by a connection's end
 
 
 class StagedSeen:
-    """A decode task's Seen messages with their keys, staged as one Parquet file sorted by key."""
+    """A decode task's Seen messages with their keys, staged as one file sorted by key (writing.StagedWriter)."""
 
     def __init__(self, out: str, staging: str, task: str) -> None:
         self._out = out
-        self._path = f"{output_fs(out)[1]}/{staging}/{STAGED_NAME}/{task}.parquet"
+        self._path = f"{output_fs(out)[1]}/{staging}/{STAGED_NAME}/{task}{STAGED_SUFFIX}"
         # The columns as they come (a task's connections one after another, not in key order): sorted by Arrow
         # when the task ends.
         self._ts, self._file, self._index = array.array("d"), array.array("i"), array.array("q")
@@ -71,13 +70,16 @@ class StagedSeen:
         """(staged file, rows), None when there was nothing to stage."""
         if not self._seen:
             return None
-        filesystem, _ = output_fs(self._out)
-        filesystem.create_dir(self._path.rsplit("/", 1)[0])
         rows = len(self._seen)
         table = pa.table([np.frombuffer(self._ts, np.float64), np.frombuffer(self._file, np.int32),
                           np.frombuffer(self._index, np.int64), np.arange(rows, dtype=np.int64),
                           pa.array(self._seen, pa.binary())], schema=_SCHEMA)
-        pq.write_table(table.sort_by(_KEY), self._path, filesystem=filesystem, row_group_size=_BATCH_ROWS)
+        writer = StagedWriter(output_fs(self._out)[0], self._path, _SCHEMA)
+        try:
+            for batch in table.sort_by(_KEY).to_batches(max_chunksize=_BATCH_ROWS):
+                writer.write(batch)
+        finally:
+            writer.close()
         return self._path, rows
 
 
@@ -86,8 +88,7 @@ def _in_key_order(filesystem, staged: list[str]):
     files up to the least of their batches' last keys (no row to come can be before it) are sorted together by
     Arrow, and the rest wait for the next round. Keys are unique: a segment is one connection's, in one task."""
     with contextlib.ExitStack() as files:
-        batches = [pq.ParquetFile(files.enter_context(filesystem.open_input_file(path))).iter_batches(
-            batch_size=_BATCH_ROWS) for path in staged]
+        batches = [files.enter_context(contextlib.closing(staged_batches(filesystem, path))) for path in staged]
         pending = [_SCHEMA.empty_table() for _ in batches]  # each file's rows read and not yet given
         while True:
             for n in reversed(range(len(pending))):  # a file whose rows are all given reads its next batch, or ends

@@ -52,6 +52,10 @@ RunFact = namedtuple("RunFact", RUN_FACTS_SCHEMA.names)  # what a decode task te
 # A task taking its share of the inputs without the shuffle holds that share's segments until every file is read:
 # the files' sizes bound them when none is compressed (gzip may inflate a capture tenfold).
 UNSHUFFLED_MAX_BYTES = 256 << 20
+# What the finishing costs a staged row of each kind, in microseconds (measured on this project's 2-core machine,
+# warm: the analyses per Seen over bench60, the tables' files on bench60 and on records-heavy traffic): only their
+# ratios matter, to share the work out among the finishing tasks.
+_FINISHING_MICROS_PER_ROW = {STAGED_NAME: 15.0, MESSAGES.name: 2.6, RECORDS.name: 1.7, CONNECTIONS.name: 3.5}
 
 
 @dataclass
@@ -167,30 +171,45 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     streams = {connection[3]: number for number, connection in enumerate(connections)}
     topic_of_id = dict(sorted({(f.topic_id, f.topic_name) for f in facts if f.topic_id is not None},
                               reverse=True))  # the smallest name wins
-    staged = [(f.table_name, f.staged) for f in facts if f.staged is not None and f.table_name != STAGED_NAME]
-    seen = [f.staged for f in facts if f.table_name == STAGED_NAME]
-    # the finishing tasks: the analyses first (the longest), then a staged file each
-    jobs = ([(STAGED_NAME, seen)] if seen else []) + staged
+    staged = [(f.table_name, f.staged, f.rows) for f in facts if f.staged is not None and f.table_name != STAGED_NAME]
+    seen = [f for f in facts if f.table_name == STAGED_NAME]
+    # the finishing's work: the analyses (over every staged Seen file), and each staged file of the tables
+    jobs = ([(STAGED_NAME, [f.staged for f in seen], sum(f.rows for f in seen))] if seen else []) + staged
+    tasks = finishing_tasks([_FINISHING_MICROS_PER_ROW[kind] * rows for kind, _, rows in jobs], parts)
 
     def finish(numbers):
         from kafkasniff.pipeline.analysis import analyse
         from kafkasniff.pipeline.writing import finish_staged
 
         for number in numbers:
-            kind, what = jobs[number]
-            counts = analyse(what, out) if kind == STAGED_NAME else {
-                kind: finish_staged(kind, what, out, f"{number:05d}", streams, topic_of_id)}
-            yield from counts.items()
+            for job in tasks[number]:
+                kind, what, _ = jobs[job]
+                counts = analyse(what, out) if kind == STAGED_NAME else {
+                    kind: finish_staged(kind, what, out, f"{job:05d}", streams, topic_of_id)}
+                yield from counts.items()
 
     replace_tables(out)
     written = dict.fromkeys((t.name for t in TABLES), 0)
-    if jobs:
-        # a task each, the analyses first: sharing a task, they waited for staged files (bench60 in local[2]: the
-        # analyses' task took 1.9 s, the other 0.4 s)
-        for table_name, rows in sc.parallelize(range(len(jobs)), len(jobs)).mapPartitions(finish).collect():
+    if tasks:
+        for table_name, rows in sc.parallelize(range(len(tasks)), len(tasks)).mapPartitions(finish).collect():
             written[table_name] += rows
     mark_done(out)
     return written
+
+
+def finishing_tasks(costs: list[float], parts: int) -> list[list[int]]:
+    """The finishing's jobs (their estimated costs) shared out among at most `parts` tasks, so that the tasks end
+    about together: the costliest first, each to the task with the least so far. Not a task per job: a task costs
+    Spark about 60 ms however little it does (measured, local mode, a reused Python worker), and a records-heavy
+    run has a few costly jobs among many cheap ones (in local[2], seven tasks took 0.78 s where local[1]'s four took
+    0.80 s)."""
+    tasks: list[list[int]] = [[] for _ in range(min(parts, len(costs)))]
+    load = [0.0] * len(tasks)
+    for job in sorted(range(len(costs)), key=lambda job: -costs[job]):
+        least = load.index(min(load))
+        tasks[least].append(job)
+        load[least] += costs[job]
+    return tasks
 
 
 def unshuffled(files: list[CaptureFile]) -> bool:
