@@ -57,3 +57,14 @@ def collecting_rarely():
         yield
     finally:
         gc.set_threshold(*before)
+
+
+def freeze_at_task_start() -> None:
+    """At a Spark task's start, keep what the worker holds (modules, caches, the task's command) out of every
+    collection. PySpark's worker collects every generation after each task (its daemon's gc.collect()): in a worker
+    that has decoded, a walk of ~90,000 objects, 45 ms a task, spent on the way to the worker's next task. Frozen,
+    they are not walked. Nothing frozen is garbage kept for good: that same collection, after the previous task,
+    freed the garbage of the tasks before; a command's objects hold no cycles and go by reference counting (the
+    frozen count stays the same task after task)."""
+    gc.freeze()
+

@@ -117,8 +117,10 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
         """A decode task's facts, from its segment rows (connections.decode_segment_rows)."""
         from pyspark import TaskContext
 
+        from kafkasniff.engine.heap import freeze_at_task_start
         from kafkasniff.pipeline.connections import decode_segment_rows
 
+        freeze_at_task_start()
         task = TaskContext.get()
         return decode_segment_rows(row_lists, names, hints, out, staging,
                                    f"{task.partitionId():05d}-{task.attemptNumber()}", keylog_text)
@@ -178,9 +180,11 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     tasks = finishing_tasks([_FINISHING_MICROS_PER_ROW[kind] * rows for kind, _, rows in jobs], parts)
 
     def finish(numbers):
+        from kafkasniff.engine.heap import freeze_at_task_start
         from kafkasniff.pipeline.analysis import analyse
         from kafkasniff.pipeline.writing import finish_staged
 
+        freeze_at_task_start()
         for number in numbers:
             for job in tasks[number]:
                 kind, what, _ = jobs[job]
