@@ -245,6 +245,22 @@ def test_a_small_unmatched_response_is_inferred_from_every_schema(tmp_path):
     assert len(response["body"]["responses"]) == 1000
 
 
+def test_a_response_read_before_its_steps_ran_out_says_how_many_schemas_were_not_tried(tmp_path):
+    """80 KB of that response: DeleteTopics v1 (and v2, v3) fit before the frame's steps are spent, 174 schemas are
+    never screened. The reading is shown, and so is the doubt: the line says how many schemas were not tried, and
+    --json counts them (`schemas_not_tried`) beside the readings that fit (`alternatives`)."""
+    path = unmatched_response_capture(tmp_path / "middling.pcap", 20_000)
+    line = CliRunner().invoke(main, ["decode", str(path)], catch_exceptions=False).stdout.splitlines()[1]
+    assert line.endswith(" DeleteTopics v1 response corr=7 80012B "
+                         "(request not captured: inferred; also fits DeleteTopics v2-v3; 174 schemas not tried)")
+    result = CliRunner().invoke(main, ["decode", "--json", str(path)], catch_exceptions=False)
+    response = json.loads(result.stdout.splitlines()[1])
+    assert (response["api_name"], response["api_version"], response["inferred"], response["malformed"],
+            len(response["body"]["responses"])) == ("DeleteTopics", 1, True, None, 20_000)
+    assert (response["alternatives"], response["schemas_not_tried"]) == (
+        [{"api_name": "DeleteTopics", "api_version": 2}, {"api_name": "DeleteTopics", "api_version": 3}], 174)
+
+
 @pytest.mark.parametrize("view", VIEWS)
 def test_a_large_unmatched_response_costs_work_bounded_by_its_size(tmp_path, view):
     """Once 96 s and 542 MB: a 3.1 MB response tried against every response schema in full."""
