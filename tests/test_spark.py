@@ -607,29 +607,32 @@ def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
         ("far", 2, None, datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc), 2, None, 0, 7, True)]
 
 
-def test_a_decode_task_writes_records_as_they_come_and_finishes_them_a_row_group_at_a_time(tmp_path, monkeypatch):
+def test_a_decode_task_writes_records_as_they_come_and_the_finishing_gathers_them_into_row_groups(tmp_path,
+                                                                                                 monkeypatch):
     """A batch of segments of records-heavy traffic carries millions of records: they were held until the batch
     was done (a Spark worker at 910 MB on a 73 MB capture), and the finishing read the staged file whole. Now a
-    decode task writes them once ROWS_PER_GROUP have come (with the message that passed it), and the finishing
-    works a row group at a time."""
+    decode task stages them once ROWS_PER_GROUP have come (with the message that passed it), and the finishing reads
+    a staged batch at a time and writes row groups of at least its own ROWS_PER_GROUP (the last one smaller)."""
     import pyarrow.parquet as pq
 
+    from kafkasniff.pipeline import writing
     from kafkasniff.pipeline.connections import decode_segment_rows
     from kafkasniff.pipeline.reading import shard_rows
-    from kafkasniff.pipeline.writing import StagedTables, finish_staged, output_fs, staged_batches
 
-    monkeypatch.setattr(StagedTables, "ROWS_PER_GROUP", 10)
+    monkeypatch.setattr(writing.StagedTables, "ROWS_PER_GROUP", 10)
+    monkeypatch.setattr(writing._DayFiles, "ROWS_PER_GROUP", 25)
     path = str(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap")
     out = tmp_path / "tables"
     facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
         shard_rows([path], 0, 1, lambda read: None), [path], frozenset(), str(out), "_staging", "00000-0")]
     staged = next(f for f in facts if f.table_name == "records")
-    groups = [batch.num_rows for batch in staged_batches(output_fs(str(out))[0], staged.staged)]
-    assert len(groups) > 3 and sum(groups) == staged.rows and max(groups) < staged.rows / 2
+    batches = [batch.num_rows for batch in writing.staged_batches(writing.output_fs(str(out))[0], staged.staged)]
+    assert len(batches) > 3 and sum(batches) == staged.rows and max(batches) < staged.rows / 2
     streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
-    assert finish_staged("records", staged.staged, str(out), "00000", streams, {}) == staged.rows
-    written = pq.ParquetFile(next((out / "records").glob("date=*/part-00000.parquet")))
-    assert written.metadata.num_rows == staged.rows and written.metadata.num_row_groups == len(groups)
+    assert writing.finish_staged("records", staged.staged, str(out), "00000", streams, {}) == staged.rows
+    layout = pq.ParquetFile(next((out / "records").glob("date=*/part-00000.parquet"))).metadata
+    groups = [layout.row_group(i).num_rows for i in range(layout.num_row_groups)]
+    assert sum(groups) == staged.rows and len(groups) > 1 and min(groups[:-1]) >= 25 and max(groups) < 25 + 10
 
 
 def test_a_message_of_millions_of_records_is_handed_on_a_chunk_at_a_time(tmp_path):

@@ -113,31 +113,62 @@ def _batch(rows: list[tuple] | RecordColumns, schema: pa.Schema) -> pa.RecordBat
 
 def finish_staged(table_name: str, staged: str, out: str, part: str, streams: dict[str, int],
                   topic_of_id: dict[str, str]) -> int:
-    """Write a staged file's rows as the table's; returns how many rows were written. A staged batch at a time, each
-    a row group (a decode task's share of records-heavy traffic is millions of records), and a column at a time:
-    text columns staged dictionary-encoded stay so."""
+    """Write a staged file's rows as the table's; returns how many rows were written. A staged batch at a time (a
+    decode task's share of records-heavy traffic is millions of records) and a column at a time: text columns
+    staged dictionary-encoded stay so."""
     filesystem, root = output_fs(out)
     table = _TABLE[table_name]
-    writers: dict[int, pq.ParquetWriter] = {}  # by day
+    days = _DayFiles(filesystem, f"{root}/{table.name}", part)
     written = 0
     try:
         for batch in staged_batches(filesystem, staged):
-            finished, days = _finished(table, pa.Table.from_batches([batch]), streams, topic_of_id)
-            distinct = sorted(pc.unique(days).to_pylist())
+            finished, day_of_rows = _finished(table, pa.Table.from_batches([batch]), streams, topic_of_id)
+            distinct = sorted(pc.unique(day_of_rows).to_pylist())
             for day in distinct:
-                writer = writers.get(day)
-                if writer is None:
-                    folder = f"{root}/{table.name}/date={(_EPOCH + timedelta(days=day)).isoformat()}"
-                    filesystem.create_dir(folder)
-                    writer = writers[day] = pq.ParquetWriter(f"{folder}/part-{part}.parquet", finished.schema,
-                                                             filesystem=filesystem)
-                writer.write_table(finished if len(distinct) == 1 else finished.filter(pc.equal(days, day)))
+                days.add(day, finished if len(distinct) == 1 else finished.filter(pc.equal(day_of_rows, day)))
             written += finished.num_rows
+        days.flush()
     finally:
-        for writer in writers.values():
-            writer.close()
+        days.close()
     filesystem.delete_file(staged)
     return written
+
+
+class _DayFiles:
+    """A finishing task's file of each day of a table (folder date=YYYY-MM-DD), written in row groups of at least
+    ROWS_PER_GROUP rows (but the last): a staged batch each made row groups too small for the readers, and for the
+    writer, which spent a tenth more time on them (a dictionary and statistics per column of each)."""
+
+    ROWS_PER_GROUP = 1 << 17
+
+    def __init__(self, filesystem: pafs.FileSystem, folder: str, part: str) -> None:
+        self._fs, self._folder, self._part = filesystem, folder, part
+        self._writers: dict[int, pq.ParquetWriter] = {}
+        self._pending: dict[int, list[pa.Table]] = {}  # rows not yet written, by day
+
+    def add(self, day: int, rows: pa.Table) -> None:
+        pending = self._pending.setdefault(day, [])
+        pending.append(rows)
+        if sum(held.num_rows for held in pending) >= self.ROWS_PER_GROUP:
+            self._write(day)
+
+    def flush(self) -> None:
+        for day in list(self._pending):
+            self._write(day)
+
+    def _write(self, day: int) -> None:
+        rows = pa.concat_tables(self._pending.pop(day))
+        writer = self._writers.get(day)
+        if writer is None:
+            folder = f"{self._folder}/date={(_EPOCH + timedelta(days=day)).isoformat()}"
+            self._fs.create_dir(folder)
+            writer = self._writers[day] = pq.ParquetWriter(f"{folder}/part-{self._part}.parquet", rows.schema,
+                                                           filesystem=self._fs)
+        writer.write_table(rows, row_group_size=rows.num_rows)
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
 
 
 def _finished(table: Table, raw: pa.Table, streams: dict[str, int],
