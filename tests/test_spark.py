@@ -635,6 +635,58 @@ def test_a_decode_task_writes_records_as_they_come_and_the_finishing_gathers_the
     assert sum(groups) == staged.rows and len(groups) > 1 and min(groups[:-1]) >= 25 and max(groups) < 25 + 10
 
 
+def test_rows_dated_on_many_days_are_finished_with_few_files_open_and_few_rows_held(tmp_path, monkeypatch):
+    """Hostile input may date every packet on another day: each day is a folder, and a file was open for each day
+    until the end (a capture of random times: as many open files as days) and each batch was filtered once per
+    day. Now the rows are sorted by day, at most OPEN_FILES files are open (a day that comes back after its file
+    was closed gets another) and at most ROWS_PER_GROUP rows wait: every row is written once, in its day's folder."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from kafkasniff.pipeline import writing
+    from kafkasniff.pipeline.connections import decode_segment_rows
+    from kafkasniff.pipeline.reading import shard_rows
+
+    monkeypatch.setattr(writing.StagedTables, "ROWS_PER_GROUP", 10)
+    monkeypatch.setattr(writing._DayFiles, "ROWS_PER_GROUP", 50)
+    monkeypatch.setattr(writing._DayFiles, "OPEN_FILES", 4)
+    path = str(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap")
+    out = tmp_path / "tables"
+    facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
+        shard_rows([path], 0, 1, lambda read: None), [path], frozenset(), str(out), "_staging", "00000-0")]
+    staged = next(f for f in facts if f.table_name == "records")
+    filesystem = writing.output_fs(str(out))[0]
+    batches = list(writing.staged_batches(filesystem, staged.staged))
+    day = 86_400_000_000
+    redated, expected, row = [], {}, 0
+    for batch in batches:  # the run's row i on day 7i mod 40 of 2020: every batch spans many days
+        days = [(7 * i) % 40 for i in range(row, row + batch.num_rows)]
+        row += batch.num_rows
+        times = pa.array([18_262 * day + d * day + 1 for d in days], batch.schema.field("ts").type)
+        redated.append(batch.set_column(batch.schema.get_field_index("ts"), "ts", times))
+        for d in days:
+            expected[d] = expected.get(d, 0) + 1
+    writer = writing.StagedWriter(filesystem, staged.staged, batches[0].schema)
+    for batch in redated:
+        writer.write(batch)
+    writer.close()
+    streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
+    assert writing.finish_staged("records", staged.staged, str(out), "00000", streams, {}) == staged.rows
+    folders = sorted((out / "records").iterdir())
+    assert (staged.rows, len(folders), len(expected)) == (80, 40, 40)
+    files = 0
+    for d, folder in zip(sorted(expected), folders):
+        assert folder.name == f"date={datetime.date(2020, 1, 1) + datetime.timedelta(days=d)}"
+        rows = pa.concat_tables(pq.read_table(file) for file in folder.glob("part-00000*.parquet"))
+        files += len(list(folder.iterdir()))
+        assert rows.num_rows == expected[d]
+        assert pc.all(pc.equal(pc.floor_temporal(rows.column("ts"), unit="day"),
+                               pa.scalar(datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+                                         + datetime.timedelta(days=d)))).as_py()
+    assert files > len(expected)  # days whose file was closed came back in another
+
+
 def test_a_message_of_millions_of_records_is_handed_on_a_chunk_at_a_time(tmp_path):
     """A few KB of compressed records can be millions (a zstd batch of 7-byte records: 5 KB for 9 million). A
     message's record columns were made whole (a decode task at 749 MB for that 6 KB capture); the walker hands them

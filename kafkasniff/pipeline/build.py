@@ -9,13 +9,14 @@
      file, index in the file) by Spark's own (spilling) sort, so a partition is a sequence of
      4-tuples, each one's packets in capture order, and a big connection never has to fit in memory;
    - decode: each 4-tuple's run goes through TcpReassembler and Analyzer; the rows of every table
-     are staged as Parquet by the worker (see `writing`), with what the analyses read of each
+     are staged by the worker (Arrow IPC files, see `writing`), with what the analyses read of each
      message (see `analysis`), and only the facts the run needs (the connections' first packets,
      topic names, the staged files) go back to the driver.
 2. The driver numbers the connections by first-seen time and pools the topic names.
 3. One job finishes the staged files into the tables (stream numbers, topic names, timestamps,
    folders by date), each task counting what it wrote: the summary counts what the tables hold;
    one of its tasks runs the analyses over the whole run into the groups and partitions tables.
+   A task per core at most, the work shared out by its estimated cost (finishing_tasks).
 The inputs are read and decoded once; no table row passes through the JVM.
 
 A run of local uncompressed files of at most UNSHUFFLED_MAX_BYTES in all skips the shuffle: its first job has a task

@@ -123,9 +123,13 @@ def finish_staged(table_name: str, staged: str, out: str, part: str, streams: di
     try:
         for batch in staged_batches(filesystem, staged):
             finished, day_of_rows = _finished(table, pa.Table.from_batches([batch]), streams, topic_of_id)
-            distinct = sorted(pc.unique(day_of_rows).to_pylist())
-            for day in distinct:
-                days.add(day, finished if len(distinct) == 1 else finished.filter(pc.equal(day_of_rows, day)))
+            runs = pc.value_counts(day_of_rows)
+            if len(runs) > 1:  # the rows by day, in their order within each (a sort, not a filter per day)
+                finished = finished.take(pc.sort_indices(day_of_rows))
+            start = 0
+            for day, count in sorted(zip(runs.field("values").to_pylist(), runs.field("counts").to_pylist())):
+                days.add(day, finished.slice(start, count))
+                start += count
             written += finished.num_rows
         days.flush()
     finally:
@@ -135,35 +139,48 @@ def finish_staged(table_name: str, staged: str, out: str, part: str, streams: di
 
 
 class _DayFiles:
-    """A finishing task's file of each day of a table (folder date=YYYY-MM-DD), written in row groups of at least
-    ROWS_PER_GROUP rows (but the last): a staged batch each made row groups too small for the readers, and for the
-    writer, which spent a tenth more time on them (a dictionary and statistics per column of each)."""
+    """A finishing task's files of each day of a table (folder date=YYYY-MM-DD), written once ROWS_PER_GROUP rows
+    have come (a row group per day among them): a row group per staged batch was too small for the readers, and
+    for the writer, which spent a tenth more time on them (a dictionary and statistics per column of each).
+
+    Bounded whatever the capture's times (hostile input may date every packet on another day): at most
+    ROWS_PER_GROUP rows wait in all (past it, every day's are written), and at most OPEN_FILES files are open (past
+    it, the one written longest ago is closed, and a day that comes back gets another file, part-P-N)."""
 
     ROWS_PER_GROUP = 1 << 17
+    OPEN_FILES = 64
 
     def __init__(self, filesystem: pafs.FileSystem, folder: str, part: str) -> None:
         self._fs, self._folder, self._part = filesystem, folder, part
-        self._writers: dict[int, pq.ParquetWriter] = {}
+        self._writers: dict[int, pq.ParquetWriter] = {}  # by day, the one written longest ago first
+        self._files: dict[int, int] = {}  # files opened so far for each day
         self._pending: dict[int, list[pa.Table]] = {}  # rows not yet written, by day
+        self._pending_rows = 0
 
     def add(self, day: int, rows: pa.Table) -> None:
-        pending = self._pending.setdefault(day, [])
-        pending.append(rows)
-        if sum(held.num_rows for held in pending) >= self.ROWS_PER_GROUP:
-            self._write(day)
+        self._pending.setdefault(day, []).append(rows)
+        self._pending_rows += rows.num_rows
+        if self._pending_rows >= self.ROWS_PER_GROUP:
+            self.flush()
 
     def flush(self) -> None:
-        for day in list(self._pending):
-            self._write(day)
+        for day in sorted(self._pending):
+            self._write(day, pa.concat_tables(self._pending[day]))
+        self._pending.clear()
+        self._pending_rows = 0
 
-    def _write(self, day: int) -> None:
-        rows = pa.concat_tables(self._pending.pop(day))
-        writer = self._writers.get(day)
+    def _write(self, day: int, rows: pa.Table) -> None:
+        writer = self._writers.pop(day, None)
         if writer is None:
+            if len(self._writers) >= self.OPEN_FILES:
+                self._writers.pop(next(iter(self._writers))).close()
+            opened = self._files.get(day, 0)
+            self._files[day] = opened + 1
             folder = f"{self._folder}/date={(_EPOCH + timedelta(days=day)).isoformat()}"
             self._fs.create_dir(folder)
-            writer = self._writers[day] = pq.ParquetWriter(f"{folder}/part-{self._part}.parquet", rows.schema,
-                                                           filesystem=self._fs)
+            name = f"part-{self._part}" + (f"-{opened}" if opened else "")
+            writer = pq.ParquetWriter(f"{folder}/{name}.parquet", rows.schema, filesystem=self._fs)
+        self._writers[day] = writer
         writer.write_table(rows, row_group_size=rows.num_rows)
 
     def close(self) -> None:
