@@ -134,8 +134,7 @@ def finish_staged(table_name: str, staged: str, out: str, part: str, streams: di
         days.flush()
     finally:
         days.close()
-    filesystem.delete_file(staged)
-    return written
+    return written  # (the staged file stays until the run ends: a task run again, on a cluster, reads it again)
 
 
 class _DayFiles:
