@@ -574,14 +574,31 @@ def test_only_uncompressed_local_files_skip_the_shuffle(tmp_path, monkeypatch):
     assert not build.unshuffled(files) and build.unshuffled(files[1:])
 
 
+def decoded_in_one_task(path, out) -> list:
+    """The run facts of one decode task given every connection of the capture at `path`, staged under `out`."""
+    from kafkasniff.pipeline.connections import decode_segment_rows
+
+    return [build.RunFact._make(fact) for fact in decode_segment_rows(
+        shard_rows([str(path)], 0, 1, lambda read: None), [str(path)], frozenset(), str(out), "_staging", "00000-0")]
+
+
+def records_staged_ten_at_a_time(tmp_path, monkeypatch):
+    """(out, the run facts, the records' staged file's fact) of kafka-python's codecs capture decoded in one task
+    that stages its records in batches of 10."""
+    from kafkasniff.pipeline import writing
+
+    monkeypatch.setattr(writing.StagedTables, "ROWS_PER_GROUP", 10)
+    out = tmp_path / "tables"
+    facts = decoded_in_one_task(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap", out)
+    return out, facts, next(f for f in facts if f.table_name == "records")
+
+
 def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
     """A batch whose base offset and timestamp put its records' past 64 bits (hostile, or corrupt) once stopped the
     decode task: pyarrow cannot hold such a number. They are null in the records table; every other value stands."""
     import pyarrow.parquet as pq
     from pcapkit import TcpConversation, write_pcap
 
-    from kafkasniff.pipeline.connections import decode_segment_rows
-    from kafkasniff.pipeline.reading import shard_rows
     from kafkasniff.pipeline.writing import finish_staged
     from kafkasniff.protocol.encoder import encode_request
     from kafkasniff.protocol.records_encoder import Record, encode_record_batch
@@ -594,8 +611,7 @@ def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
     path = write_pcap(tmp_path / "far.pcap",
                       TcpConversation(("10.9.0.1", 40000), ("10.9.0.2", 9092)).send(True, produce).close())
     out = tmp_path / "tables"
-    facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
-        shard_rows([str(path)], 0, 1, lambda read: None), [str(path)], frozenset(), str(out), "_staging", "00000-0")]
+    facts = decoded_in_one_task(path, out)
     streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
     staged = [f.staged for f in facts if f.table_name == "records" and f.staged is not None]
     assert [finish_staged("records", file, str(out), "00000", streams, {}) for file in staged] == [3]
@@ -616,16 +632,9 @@ def test_a_decode_task_writes_records_as_they_come_and_the_finishing_gathers_the
     import pyarrow.parquet as pq
 
     from kafkasniff.pipeline import writing
-    from kafkasniff.pipeline.connections import decode_segment_rows
-    from kafkasniff.pipeline.reading import shard_rows
 
-    monkeypatch.setattr(writing.StagedTables, "ROWS_PER_GROUP", 10)
     monkeypatch.setattr(writing._DayFiles, "ROWS_PER_GROUP", 25)
-    path = str(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap")
-    out = tmp_path / "tables"
-    facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
-        shard_rows([path], 0, 1, lambda read: None), [path], frozenset(), str(out), "_staging", "00000-0")]
-    staged = next(f for f in facts if f.table_name == "records")
+    out, facts, staged = records_staged_ten_at_a_time(tmp_path, monkeypatch)
     batches = [batch.num_rows for batch in writing.staged_batches(writing.output_fs(str(out))[0], staged.staged)]
     assert len(batches) > 3 and sum(batches) == staged.rows and max(batches) < staged.rows / 2
     streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
@@ -645,17 +654,10 @@ def test_rows_dated_on_many_days_are_finished_with_few_files_open_and_few_rows_h
     import pyarrow.parquet as pq
 
     from kafkasniff.pipeline import writing
-    from kafkasniff.pipeline.connections import decode_segment_rows
-    from kafkasniff.pipeline.reading import shard_rows
 
-    monkeypatch.setattr(writing.StagedTables, "ROWS_PER_GROUP", 10)
     monkeypatch.setattr(writing._DayFiles, "ROWS_PER_GROUP", 50)
     monkeypatch.setattr(writing._DayFiles, "OPEN_FILES", 4)
-    path = str(Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap")
-    out = tmp_path / "tables"
-    facts = [build.RunFact._make(fact) for fact in decode_segment_rows(
-        shard_rows([path], 0, 1, lambda read: None), [path], frozenset(), str(out), "_staging", "00000-0")]
-    staged = next(f for f in facts if f.table_name == "records")
+    out, facts, staged = records_staged_ten_at_a_time(tmp_path, monkeypatch)
     filesystem = writing.output_fs(str(out))[0]
     batches = list(writing.staged_batches(filesystem, staged.staged))
     day = 86_400_000_000
