@@ -997,9 +997,12 @@ def test_tls_captures_decrypt_on_the_executors_as_in_decode(spark, tmp_path):
 
 def test_the_finishing_is_shared_out_so_that_its_tasks_end_together():
     """The finishing's jobs go to at most a task per core, the costliest first, each to the task with the least so
-    far: the analyses of a message-heavy run alone on one core, a records-heavy run's two big record files on two."""
-    assert build.finishing_tasks([1.0, 0.3, 0.3, 0.05, 0.05, 0.02], 2) == [[0], [1, 2, 3, 4, 5]]
-    assert build.finishing_tasks([0.03, 0.6, 0.5, 0.01, 0.01, 0.02, 0.02], 2) == [[1], [2, 0, 5, 6, 3, 4]]
-    assert build.finishing_tasks([0.2, 0.1], 8) == [[0], [1]]
-    assert build.finishing_tasks([0.2, 0.1, 0.4], 1) == [[2, 0, 1]]
+    far: the analyses of a message-heavy run alone on one core, a records-heavy run's two big record files on two;
+    and no more tasks than have a task's own cost of work each (microseconds)."""
+    assert build.finishing_tasks([1e6, 3e5, 3e5, 5e4, 5e4, 2e4], 2) == [[0], [1, 2, 3, 4, 5]]
+    assert build.finishing_tasks([3e4, 6e5, 5e5, 1e4, 1e4, 2e4, 2e4], 2) == [[1], [2, 0, 5, 6, 3, 4]]
+    assert build.finishing_tasks([2e5, 1e5], 8) == [[0], [1]]
+    assert build.finishing_tasks([2e5, 1e5, 4e5], 1) == [[2, 0, 1]]
+    assert build.finishing_tasks([5e4, 4e4, 3e4], 8) == [[0], [1, 2]]  # 120 ms of work: two tasks
+    assert build.finishing_tasks([5e3, 2e3, 1e3, 1e3], 2) == [[0, 1, 2, 3]]  # a tiny run: one task
     assert build.finishing_tasks([], 2) == []

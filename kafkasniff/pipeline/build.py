@@ -57,6 +57,9 @@ UNSHUFFLED_MAX_BYTES = 256 << 20
 # warm: the analyses per Seen over bench60, the tables' files on bench60 and on records-heavy traffic): only their
 # ratios matter, to share the work out among the finishing tasks.
 _FINISHING_MICROS_PER_ROW = {STAGED_NAME: 15.0, MESSAGES.name: 2.6, RECORDS.name: 1.7, CONNECTIONS.name: 3.5}
+# What a Python task costs Spark however little it does (a trivial mapPartitions task, local mode, a reused worker:
+# 55-60 ms; a JVM-only task 6 ms), in the same microseconds
+TASK_MICROS = 60_000.0
 
 
 @dataclass
@@ -203,12 +206,13 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
 
 
 def finishing_tasks(costs: list[float], parts: int) -> list[list[int]]:
-    """The finishing's jobs (their estimated costs) shared out among at most `parts` tasks, so that the tasks end
-    about together: the costliest first, each to the task with the least so far. Not a task per job: a task costs
-    Spark about 60 ms however little it does (measured, local mode, a reused Python worker), and a records-heavy
-    run has a few costly jobs among many cheap ones (in local[2], seven tasks took 0.78 s where local[1]'s four took
-    0.80 s)."""
-    tasks: list[list[int]] = [[] for _ in range(min(parts, len(costs)))]
+    """The finishing's jobs (their estimated costs, microseconds) shared out among at most `parts` tasks, so that the
+    tasks end about together: the costliest first, each to the task with the least so far. Not a task per job: a
+    task costs Spark about TASK_MICROS however little it does, and a records-heavy run has a few costly jobs among
+    many cheap ones (in local[2], seven tasks took 0.78 s where local[1]'s four took 0.80 s); and no more tasks than
+    have that much work each."""
+    count = min(parts, len(costs), max(1, int(sum(costs) // TASK_MICROS)))
+    tasks: list[list[int]] = [[] for _ in range(count if costs else 0)]
     load = [0.0] * len(tasks)
     for job in sorted(range(len(costs)), key=lambda job: -costs[job]):
         least = load.index(min(load))
