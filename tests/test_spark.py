@@ -647,22 +647,23 @@ def test_a_decode_task_writes_records_as_they_come_and_the_finishing_gathers_the
 def test_rows_dated_on_many_days_are_finished_with_few_files_open_and_few_rows_held(tmp_path, monkeypatch):
     """Hostile input may date every packet on another day: each day is a folder, and a file was open for each day
     until the end (a capture of random times: as many open files as days) and each batch was filtered once per
-    day. Now the rows are sorted by day, at most OPEN_FILES files are open (a day that comes back after its file
-    was closed gets another) and at most ROWS_PER_GROUP rows wait: every row is written once, in its day's folder."""
+    day. Now a pass over the staged file writes at most OPEN_FILES days (the others wait for the next pass), a day's
+    rows sorted together, and at most about ROWS_PER_GROUP rows wait: every row is written once, in its day's one
+    file."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from kafkasniff.pipeline import writing
 
-    monkeypatch.setattr(writing._DayFiles, "ROWS_PER_GROUP", 50)
+    monkeypatch.setattr(writing._DayFiles, "ROWS_PER_GROUP", 3)
     monkeypatch.setattr(writing._DayFiles, "OPEN_FILES", 4)
     out, facts, staged = records_staged_ten_at_a_time(tmp_path, monkeypatch)
     filesystem = writing.output_fs(str(out))[0]
     batches = list(writing.staged_batches(filesystem, staged.staged))
     day = 86_400_000_000
     redated, expected, row = [], {}, 0
-    for batch in batches:  # the run's row i on day 7i mod 40 of 2020: every batch spans many days
+    for batch in batches:  # the run's row i on day 7i mod 40 of 2020: a batch's ten rows on ten days
         days = [(7 * i) % 40 for i in range(row, row + batch.num_rows)]
         row += batch.num_rows
         times = pa.array([18_262 * day + d * day + 1 for d in days], batch.schema.field("ts").type)
@@ -673,20 +674,42 @@ def test_rows_dated_on_many_days_are_finished_with_few_files_open_and_few_rows_h
     for batch in redated:
         writer.write(batch)
     writer.close()
+
+    opened, passes = [0, 0], []
+
+    class CountedWriter(pq.ParquetWriter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            opened[0] += 1
+            opened[1] = max(opened)
+
+        def close(self):
+            super().close()
+            opened[0] -= 1
+
+    read_staged = writing.staged_batches
+
+    def counted_batches(*args):
+        passes.append(1)
+        return read_staged(*args)
+
+    monkeypatch.setattr(writing.pq, "ParquetWriter", CountedWriter)
+    monkeypatch.setattr(writing, "staged_batches", counted_batches)
     streams = {f.connection_id: 0 for f in facts if f.connection_id is not None}
     assert writing.finish_staged("records", staged.staged, str(out), "00000", streams, {}) == staged.rows
+    assert (len(passes), opened) == (10, [0, 4])
     folders = sorted((out / "records").iterdir())
     assert (staged.rows, len(folders), len(expected)) == (80, 40, 40)
-    files = 0
     for d, folder in zip(sorted(expected), folders):
         assert folder.name == f"date={datetime.date(2020, 1, 1) + datetime.timedelta(days=d)}"
-        rows = pa.concat_tables(pq.read_table(file) for file in folder.glob("part-00000*.parquet"))
-        files += len(list(folder.iterdir()))
+        assert [file.name for file in folder.iterdir()] == ["part-00000.parquet"]
+        layout = pq.ParquetFile(folder / "part-00000.parquet").metadata
+        assert max(layout.row_group(i).num_rows for i in range(layout.num_row_groups)) <= 3
+        rows = pq.read_table(folder / "part-00000.parquet")
         assert rows.num_rows == expected[d]
         assert pc.all(pc.equal(pc.floor_temporal(rows.column("ts"), unit="day"),
                                pa.scalar(datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
                                          + datetime.timedelta(days=d)))).as_py()
-    assert files > len(expected)  # days whose file was closed came back in another
 
 
 def test_a_message_of_millions_of_records_is_handed_on_a_chunk_at_a_time(tmp_path):

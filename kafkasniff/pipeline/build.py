@@ -126,8 +126,10 @@ def build_tables(spark, files: list[CaptureFile], out: str, port_hints=(), parti
 
         freeze_at_task_start()
         task = TaskContext.get()
+        # (named by the task attempt's id, unique in the run: attempt numbers start again when a stage is re-run,
+        # while the earlier attempt's task may still be writing)
         return decode_segment_rows(row_lists, names, hints, out, staging,
-                                   f"{task.partitionId():05d}-{task.attemptNumber()}", keylog_text)
+                                   f"{task.partitionId():05d}-{task.taskAttemptId()}", keylog_text)
 
     try:
         written = _decode_and_write(spark, files, stats, decode, out, staging, partitions)
@@ -181,7 +183,7 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     seen = [f for f in facts if f.table_name == STAGED_NAME]
     # the finishing's work: the analyses (over every staged Seen file), and each staged file of the tables
     jobs = ([(STAGED_NAME, [f.staged for f in seen], sum(f.rows for f in seen))] if seen else []) + staged
-    tasks = finishing_tasks([_FINISHING_MICROS_PER_ROW[kind] * rows for kind, _, rows in jobs], parts)
+    tasks = finishing_tasks([_FINISHING_MICROS_PER_ROW[kind] * rows for kind, _, rows in jobs], sc.defaultParallelism)
 
     def finish(numbers):
         from kafkasniff.engine.heap import freeze_at_task_start
@@ -205,13 +207,13 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     return written
 
 
-def finishing_tasks(costs: list[float], parts: int) -> list[list[int]]:
-    """The finishing's jobs (their estimated costs, microseconds) shared out among at most `parts` tasks, so that the
-    tasks end about together: the costliest first, each to the task with the least so far. Not a task per job: a
+def finishing_tasks(costs: list[float], cores: int) -> list[list[int]]:
+    """The finishing's jobs (their estimated costs, microseconds) shared out among at most `cores` tasks (Spark's
+    default parallelism, whatever --partitions says of the decoding), so that the tasks end about together: the costliest first, each to the task with the least so far. Not a task per job: a
     task costs Spark about TASK_MICROS however little it does, and a records-heavy run has a few costly jobs among
     many cheap ones (in local[2], seven tasks took 0.78 s where local[1]'s four took 0.80 s); and no more tasks than
     have that much work each."""
-    count = min(parts, len(costs), max(1, int(sum(costs) // TASK_MICROS)))
+    count = min(cores, len(costs), max(1, int(sum(costs) // TASK_MICROS)))
     tasks: list[list[int]] = [[] for _ in range(count if costs else 0)]
     load = [0.0] * len(tasks)
     for job in sorted(range(len(costs)), key=lambda job: -costs[job]):

@@ -4,10 +4,10 @@ Two steps. Each decode task stages its raw rows, one file per table, under OUT/_
 other readers skip), as an Arrow IPC stream of LZ4-compressed batches: a staged file is written once and read once,
 by this project's own tasks, so Parquet's encodings bought nothing there and cost a records-heavy decode task a third
 of its time (0.20 of 0.56 s to write 360,000 records, 0.10 s more to read them back; as IPC 0.04 s and 0.03 s, in
-about the same bytes). Once the run's connections are
-numbered and its topic ids named, one finishing task per staged file adds `stream`, names the
-topic ids, makes timestamps of microseconds and writes OUT/TABLE/date=YYYY-MM-DD/part-*.parquet,
-which Spark reads with `date` as a partition column. The analysed tables (`groups`, `partitions`)
+about the same bytes). Once the run's connections are numbered and its topic ids named, the finishing tasks
+(build.finishing_tasks shares the staged files out) add `stream`, name the topic ids, make timestamps of
+microseconds and write OUT/TABLE/date=YYYY-MM-DD/part-*.parquet, which Spark reads with `date` as a partition
+column. The analysed tables (`groups`, `partitions`)
 are written whole by the one task that runs the analyses (`write_rows`), as
 OUT/TABLE/part-00000.parquet. OUT is a local path (on a cluster, one every executor sees at the
 same place) or a URI of a file system pyarrow has: hdfs://, s3:// (s3a:// is taken as s3://), gs://.
@@ -15,6 +15,7 @@ same place) or a URI of a file system pyarrow has: hdfs://, s3:// (s3a:// is tak
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -113,73 +114,84 @@ def _batch(rows: list[tuple] | RecordColumns, schema: pa.Schema) -> pa.RecordBat
 
 def finish_staged(table_name: str, staged: str, out: str, part: str, streams: dict[str, int],
                   topic_of_id: dict[str, str]) -> int:
-    """Write a staged file's rows as the table's; returns how many rows were written. A staged batch at a time (a
-    decode task's share of records-heavy traffic is millions of records) and a column at a time: text columns
-    staged dictionary-encoded stay so."""
+    """Write a staged file's rows as the table's, a file per day; returns how many rows were written. A staged batch
+    at a time (a decode task's share of records-heavy traffic is millions of records) and a column at a time: text
+    columns staged dictionary-encoded stay so. At most _DayFiles.OPEN_FILES days are written in one pass over the
+    staged file: rows of any other day wait for the next pass (hostile input may date every packet on another day;
+    a real run spans a few)."""
     filesystem, root = output_fs(out)
     table = _TABLE[table_name]
-    days = _DayFiles(filesystem, f"{root}/{table.name}", part)
+    done: set[int] = set()
     written = 0
-    try:
-        for batch in staged_batches(filesystem, staged):
-            finished, day_of_rows = _finished(table, pa.Table.from_batches([batch]), streams, topic_of_id)
-            runs = pc.value_counts(day_of_rows)
-            if len(runs) > 1:  # the rows by day, in their order within each (a sort, not a filter per day)
-                finished = finished.take(pc.sort_indices(day_of_rows))
-            start = 0
-            for day, count in sorted(zip(runs.field("values").to_pylist(), runs.field("counts").to_pylist())):
-                days.add(day, finished.slice(start, count))
-                start += count
-            written += finished.num_rows
-        days.flush()
-    finally:
-        days.close()
-    return written  # (the staged file stays until the run ends: a task run again, on a cluster, reads it again)
+    while True:
+        days = _DayFiles(filesystem, f"{root}/{table.name}", part)
+        left_for_later = False
+        try:
+            with contextlib.closing(staged_batches(filesystem, staged)) as batches:
+                for batch in batches:
+                    finished, day_of_rows = _finished(table, pa.Table.from_batches([batch]), streams, topic_of_id)
+                    runs = pc.value_counts(day_of_rows)
+                    if len(runs) > 1:  # the rows by day, in their order within each (a sort, not a filter per day)
+                        finished = finished.take(pc.sort_indices(day_of_rows))
+                    start = 0
+                    for day, count in sorted(zip(runs.field("values").to_pylist(), runs.field("counts").to_pylist())):
+                        if day not in done:
+                            if days.take(day, finished.slice(start, count)):
+                                written += count
+                            else:
+                                left_for_later = True
+                        start += count
+            days.flush()
+        finally:
+            days.close()
+        if not left_for_later:
+            return written  # (the staged file stays until the run ends: a task run again, on a cluster, reads it)
+        done |= days.taken
 
 
 class _DayFiles:
-    """A finishing task's files of each day of a table (folder date=YYYY-MM-DD), written once ROWS_PER_GROUP rows
-    have come (a row group per day among them): a row group per staged batch was too small for the readers, and
-    for the writer, which spent a tenth more time on them (a dictionary and statistics per column of each).
-
-    Bounded whatever the capture's times (hostile input may date every packet on another day): at most
-    ROWS_PER_GROUP rows wait in all (past it, every day's are written), and at most OPEN_FILES files are open (past
-    it, the one written longest ago is closed, and a day that comes back gets another file, part-P-N)."""
+    """The files of one pass of a finishing task over a staged file: a file for each of at most OPEN_FILES days
+    (folder date=YYYY-MM-DD). A day's rows are written once ROWS_PER_GROUP of them wait, or, when that many wait in
+    all, those of the day with the most: a row group per staged batch was too small for the readers, and for the
+    writer, which spent a tenth more time on them (a dictionary and statistics per column of each)."""
 
     ROWS_PER_GROUP = 1 << 17
     OPEN_FILES = 64
 
     def __init__(self, filesystem: pafs.FileSystem, folder: str, part: str) -> None:
         self._fs, self._folder, self._part = filesystem, folder, part
-        self._writers: dict[int, pq.ParquetWriter] = {}  # by day, the one written longest ago first
-        self._files: dict[int, int] = {}  # files opened so far for each day
+        self.taken: set[int] = set()  # the days of this pass
+        self._writers: dict[int, pq.ParquetWriter] = {}
         self._pending: dict[int, list[pa.Table]] = {}  # rows not yet written, by day
-        self._pending_rows = 0
+        self._pending_rows: dict[int, int] = {}
 
-    def add(self, day: int, rows: pa.Table) -> None:
+    def take(self, day: int, rows: pa.Table) -> bool:
+        """Whether the day's rows are taken in this pass (False: OPEN_FILES other days are)."""
+        if day not in self.taken:
+            if len(self.taken) >= self.OPEN_FILES:
+                return False
+            self.taken.add(day)
         self._pending.setdefault(day, []).append(rows)
-        self._pending_rows += rows.num_rows
-        if self._pending_rows >= self.ROWS_PER_GROUP:
-            self.flush()
+        self._pending_rows[day] = self._pending_rows.get(day, 0) + rows.num_rows
+        if self._pending_rows[day] >= self.ROWS_PER_GROUP:
+            self._write(day)
+        elif sum(self._pending_rows.values()) >= self.ROWS_PER_GROUP:
+            self._write(max(self._pending_rows, key=self._pending_rows.__getitem__))
+        return True
 
     def flush(self) -> None:
         for day in sorted(self._pending):
-            self._write(day, pa.concat_tables(self._pending[day]))
-        self._pending.clear()
-        self._pending_rows = 0
+            self._write(day)
 
-    def _write(self, day: int, rows: pa.Table) -> None:
-        writer = self._writers.pop(day, None)
+    def _write(self, day: int) -> None:
+        rows = pa.concat_tables(self._pending.pop(day))
+        del self._pending_rows[day]
+        writer = self._writers.get(day)
         if writer is None:
-            if len(self._writers) >= self.OPEN_FILES:
-                self._writers.pop(next(iter(self._writers))).close()
-            opened = self._files.get(day, 0)
-            self._files[day] = opened + 1
             folder = f"{self._folder}/date={(_EPOCH + timedelta(days=day)).isoformat()}"
             self._fs.create_dir(folder)
-            name = f"part-{self._part}" + (f"-{opened}" if opened else "")
-            writer = pq.ParquetWriter(f"{folder}/{name}.parquet", rows.schema, filesystem=self._fs)
-        self._writers[day] = writer
+            writer = self._writers[day] = pq.ParquetWriter(f"{folder}/part-{self._part}.parquet", rows.schema,
+                                                           filesystem=self._fs)
         writer.write_table(rows, row_group_size=rows.num_rows)
 
     def close(self) -> None:
