@@ -54,12 +54,12 @@ RunFact = namedtuple("RunFact", RUN_FACTS_SCHEMA.names)  # what a decode task te
 # the files' sizes bound them when none is compressed (gzip may inflate a capture tenfold).
 UNSHUFFLED_MAX_BYTES = 256 << 20
 # What the finishing costs a staged row of each kind, in microseconds (measured on this project's 2-core machine,
-# warm: the analyses per Seen over bench60, the tables' files on bench60 and on records-heavy traffic): only their
-# ratios matter, to share the work out among the finishing tasks.
-_FINISHING_MICROS_PER_ROW = {STAGED_NAME: 15.0, MESSAGES.name: 2.6, RECORDS.name: 1.7, CONNECTIONS.name: 3.5}
-# What a Python task costs Spark however little it does (a trivial mapPartitions task, local mode, a reused worker:
-# 55-60 ms; a JVM-only task 6 ms), in the same microseconds
-TASK_MICROS = 60_000.0
+# warm: the analyses per Seen over bench60, the tables' files on bench60 and on records-heavy traffic): their ratios
+# share the work out among the finishing tasks, and against TASK_MICROS they say how many tasks are worth it.
+_FINISHING_MICROS_PER_ROW = {STAGED_NAME: 5.0, MESSAGES.name: 0.9, RECORDS.name: 0.5, CONNECTIONS.name: 1.1}
+# What a Python task costs Spark however little it does, in the same microseconds (a trivial mapPartitions task, local
+# mode, a reused worker, its daemon on a Unix socket (sparkenv): 7-9 ms; over loopback TCP it was 51-52 ms)
+TASK_MICROS = 8_000.0
 
 
 @dataclass
@@ -209,10 +209,10 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
 
 def finishing_tasks(costs: list[float], cores: int) -> list[list[int]]:
     """The finishing's jobs (their estimated costs, microseconds) shared out among at most `cores` tasks (Spark's
-    default parallelism, whatever --partitions says of the decoding), so that the tasks end about together: the costliest first, each to the task with the least so far. Not a task per job: a
-    task costs Spark about TASK_MICROS however little it does, and a records-heavy run has a few costly jobs among
-    many cheap ones (in local[2], seven tasks took 0.78 s where local[1]'s four took 0.80 s); and no more tasks than
-    have that much work each."""
+    default parallelism, whatever --partitions says of the decoding), so that the tasks end about together: the
+    costliest first, each to the task with the least so far. Not a task per job: a task costs Spark about TASK_MICROS
+    however little it does, and a records-heavy run has a few costly jobs among many cheap ones; and no more tasks
+    than have that much work each."""
     count = min(cores, len(costs), max(1, int(sum(costs) // TASK_MICROS)))
     tasks: list[list[int]] = [[] for _ in range(count if costs else 0)]
     load = [0.0] * len(tasks)
