@@ -811,17 +811,19 @@ def test_topic_ids_in_staged_messages_are_named_list_by_list():
 
 
 def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkeypatch):
-    """The analyses read the decode tasks' staged Seens in capture order: files of many sizes (one empty), batches
-    small enough to end anywhere, keys that tie on time, file and index and differ in the sequence number, and
-    messages released by a connection's end (time infinite) after every segment."""
+    """The analyses read the decode tasks' staged Seens in capture order: tasks of many sizes (one empty), each
+    staging runs of a bounded size (a segment's Seens may straddle two), batches small enough to end anywhere, keys
+    that tie on time, file and index and differ in the sequence number, and messages released by a connection's end
+    (time infinite) after every segment."""
     import marshal
     import random
 
     from kafkasniff.pipeline import analysis
 
     monkeypatch.setattr(analysis, "_BATCH_ROWS", 7)
+    monkeypatch.setattr(analysis.StagedSeen, "RUN_BYTES", 200)  # (task, seq) marshals to 12 bytes: 17 a run
     rng = random.Random(16)
-    tasks, every = [], []
+    files, every, runs = [], [], []
     for task, rows in enumerate((0, 1, 5, 40, 133)):
         staged = analysis.StagedSeen(str(tmp_path), "_staging", f"t{task}")
         for seq in range(rows):
@@ -829,9 +831,10 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
             staged.add(*key, (task, seq))
             every.append((*key, seq, (task, seq)))
         closed = staged.close()
-        assert (closed is None) == (rows == 0)
-        tasks += [closed[0]] if closed else []
-    merged = [marshal.loads(seen) for seen in analysis._in_key_order(analysis.output_fs(str(tmp_path))[0], tasks)]
+        runs.append([rows for _, rows in closed])
+        files += [path for path, _ in closed]
+    assert runs == [[], [1], [5], [17, 17, 6], [17] * 7 + [14]]
+    merged = [marshal.loads(seen) for seen in analysis._in_key_order(analysis.output_fs(str(tmp_path))[0], files)]
     assert merged == [seen for *_, seen in sorted(every)]
     assert len(merged) == 179
 

@@ -47,40 +47,62 @@ AT_THE_END = math.inf  # the time key of messages released by a connection's end
 
 
 class StagedSeen:
-    """A decode task's Seen messages with their keys, staged as one file sorted by key (writing.StagedWriter)."""
+    """A decode task's Seen messages with their keys, staged as files sorted by key (writing.StagedWriter): a run of
+    at most RUN_BYTES of them at a time, so that what a task holds does not grow with its share of the capture (the
+    analyses merge every file by key, a batch of each at a time)."""
+
+    # Marshalled Seens held before they are sorted and written. bench60 stages 36 MB of them: in one run at the
+    # task's end its peak was 466 MB, in runs of 8 MB 370 MB; the analyses merge its five runs as fast as one.
+    RUN_BYTES = 8 << 20
 
     def __init__(self, out: str, staging: str, task: str) -> None:
-        self._out = out
-        self._path = f"{output_fs(out)[1]}/{staging}/{STAGED_NAME}/{task}{STAGED_SUFFIX}"
+        self._filesystem, root = output_fs(out)
+        self._stem = f"{root}/{staging}/{STAGED_NAME}/{task}"
         # The columns as they come (a task's connections one after another, not in key order): sorted by Arrow
-        # when the task ends.
+        # when the run is written.
         self._ts, self._file, self._index = array.array("d"), array.array("i"), array.array("q")
         self._seen: list[bytes] = []
+        self._bytes = 0
+        self._staged = 0  # Seens in the runs written: the next one's first sequence number
+        self._runs: list[tuple[str, int]] = []
 
     def add(self, ts: float, file: int, index: int, plain_seen: tuple) -> None:
         # Marshalled (plain values only, made and read by this run's own tasks, on the one Python version Spark
         # allows its driver and executors): made in half a pickle's time, and a decode task stages a Seen for about
         # every other message.
+        seen = marshal.dumps(plain_seen)
         self._ts.append(ts)
         self._file.append(file)
         self._index.append(index)
-        self._seen.append(marshal.dumps(plain_seen))
+        self._seen.append(seen)
+        self._bytes += len(seen)
+        if self._bytes >= self.RUN_BYTES:
+            self._write_run()
 
-    def close(self) -> tuple[str, int] | None:
-        """(staged file, rows), None when there was nothing to stage."""
-        if not self._seen:
-            return None
+    def close(self) -> list[tuple[str, int]]:
+        """(staged file, rows) of every run written, none when there was nothing to stage."""
+        if self._seen:
+            self._write_run()
+        return self._runs
+
+    def _write_run(self) -> None:
         rows = len(self._seen)
+        # (the sequence numbers go on from run to run: they order a segment's Seens, which two runs may share)
         table = pa.table([np.frombuffer(self._ts, np.float64), np.frombuffer(self._file, np.int32),
-                          np.frombuffer(self._index, np.int64), np.arange(rows, dtype=np.int64),
+                          np.frombuffer(self._index, np.int64), np.arange(self._staged, self._staged + rows,
+                                                                           dtype=np.int64),
                           pa.array(self._seen, pa.binary())], schema=_SCHEMA)
-        writer = StagedWriter(output_fs(self._out)[0], self._path, _SCHEMA)
+        path = f"{self._stem}-{len(self._runs):04d}{STAGED_SUFFIX}"
+        writer = StagedWriter(self._filesystem, path, _SCHEMA)
         try:
             for batch in table.sort_by(_KEY).to_batches(max_chunksize=_BATCH_ROWS):
                 writer.write(batch)
         finally:
             writer.close()
-        return self._path, rows
+        self._runs.append((path, rows))
+        self._staged += rows
+        self._ts, self._file, self._index = array.array("d"), array.array("i"), array.array("q")
+        self._seen, self._bytes = [], 0
 
 
 def _in_key_order(filesystem, staged: list[str]):
