@@ -37,6 +37,10 @@ _SESSION_CONF = {
     # partitions would cost seconds per run for nothing (measured: 4.9 s -> 3.0 s on a small run).
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
+    # The shuffled segments go to the decode tasks in Arrow batches of 10,000 rows by default: loopback captures
+    # carry segments of up to 64 KB, so a batch could hold hundreds of MB. Cut at 8 MB, as the read tasks cut
+    # theirs (reading.BATCH_BYTES): a 356 MB records-heavy capture's decode tasks 1.2-1.6 s -> 0.75-0.9 s each.
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(8 << 20),
     # The JVM and its Python workers talk over loopback TCP unless told otherwise; a task's small
     # writes then wait on delayed acknowledgements (measured: a trivial two-task job 110-128 ms
     # over TCP, 65 ms over a Unix socket). Spark before 4.1 ignores the setting.
