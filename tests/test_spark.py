@@ -448,14 +448,17 @@ def port_reuse_capture(directory: Path) -> Path:
     return write_pcap(directory / "reuse.pcap", merged(reused, shifted(group, reused[0].ts - group[0].ts)))
 
 
-@pytest.mark.parametrize("through", ["each task reading every file", "the shuffle"])
+@pytest.mark.parametrize("through", ["each task reading every file", "the shuffle", "the shuffle, files shared out"])
 def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tmp_path, monkeypatch, through):
     """Inputs that are one capture: cut in three (as tcpdump -C would, inside connections), plus a file
     repeating packets on both sides of the first cut (overlapping inputs). The tables equal what `decode
     --json` says of the whole capture, stream numbers included, and identical packets count once: whether each
-    task reads every file and keeps its connections (reading.shard_rows) or the files go through the shuffle."""
-    if through == "the shuffle":
+    task reads every file and keeps its connections (reading.shard_rows) or the files go through the shuffle, each
+    read by one task or shared out among several (build.read_shares)."""
+    if through.startswith("the shuffle"):
         monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 0)
+    if through.endswith("shared out"):
+        monkeypatch.setattr(build, "READ_TASK_BYTES", 1000)  # (every file read by as many tasks as there are cores)
     whole = port_reuse_capture(tmp_path)
     linktype, packets, segments = read_segments(whole)
     reused = {connection_key(s) for s in segments if 40000 in (s.sport, s.dport)}
@@ -512,17 +515,22 @@ def test_one_file_is_shared_out_without_the_shuffle_as_decode_reads_it(spark, tm
     with open_capture(str(path)) as reader:
         segments = list(reader.segments())
     expected = decode_json(path)
-    for unshuffled_max, name in ((path.stat().st_size, "unshuffled"), (path.stat().st_size - 1, "shuffled")):
+    size = path.stat().st_size
+    for unshuffled_max, read_task_bytes, name in ((size, size, "unshuffled"), (size - 1, size, "shuffled"),
+                                                  (size - 1, size // 3, "read by three tasks")):
         monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", unshuffled_max)
+        monkeypatch.setattr(build, "READ_TASK_BYTES", read_task_bytes)
         summary = build_tables(spark, expand_local([str(path)])[0], str(tmp_path / name), partitions=3)
-        assert (summary.files, summary.bytes, summary.segments) == (1, path.stat().st_size, len(segments))
+        assert (summary.files, summary.bytes, summary.segments) == (1, size, len(segments))
         assert summary.messages == len(expected)
+    assert build.read_shares(expand_local([str(path)])[0][0], 3) == 3
     shuffled, unshuffled = read_tables(spark, tmp_path / "shuffled"), read_tables(spark, tmp_path / "unshuffled")
     assert_messages_agree(expected, unshuffled["messages"])
     assert [r["stream"] for r in sorted(unshuffled["messages"], key=order)] == \
         [e["stream"] for e in sorted(expected, key=order)]
+    read_by_three = read_tables(spark, tmp_path / "read by three tasks")
     for table in ("messages", "records", "connections"):
-        assert without(unshuffled[table]) == without(shuffled[table]), table
+        assert without(unshuffled[table]) == without(shuffled[table]) == without(read_by_three[table]), table
     assert len([c for c in unshuffled["connections"] if c["client"] == "127.0.0.1:40000"]) == 20
     assert analysed_rows(tmp_path / "unshuffled", PARTITIONS) == analysed_rows(tmp_path / "shuffled", PARTITIONS)
 

@@ -2,9 +2,10 @@
 
 1. One job reads, shuffles and decodes, with the segments crossing between the JVM and the Python
    workers as Arrow batches (mapInArrow):
-   - read: one task per capture file; plain paths are streamed by the worker with the project's
-     reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment becomes a row
-     keyed by its connection (see `reading`);
+   - read: one task per capture file (a big local file: several, each reading it whole and taking the
+     connections hashed to it); plain paths are streamed by the worker with the project's reader, URIs
+     are read whole by Spark's `binaryFile` source; every TCP segment becomes a row keyed by its
+     connection (see `reading`);
    - shuffle: the rows are hashed by connection key to a partition and sorted there by (key, time,
      file, index in the file) by Spark's own (spilling) sort, so a partition is a sequence of
      4-tuples, each one's packets in capture order, and a big connection never has to fit in memory;
@@ -53,6 +54,8 @@ RunFact = namedtuple("RunFact", RUN_FACTS_SCHEMA.names)  # what a decode task te
 # A task taking its share of the inputs without the shuffle holds that share's segments until every file is read:
 # the files' sizes bound them when none is compressed (gzip may inflate a capture tenfold).
 UNSHUFFLED_MAX_BYTES = 256 << 20
+# Through the shuffle, a local file of more than this is read by several tasks (read_shares)
+READ_TASK_BYTES = 64 << 20
 # What the finishing costs a staged row of each kind, in microseconds (measured on this project's 2-core machine,
 # warm: the analyses per Seen over bench60, the tables' files on bench60 and on records-heavy traffic): their ratios
 # share the work out among the finishing tasks, and against TASK_MICROS they say how many tasks are worth it.
@@ -167,7 +170,7 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
             if found:
                 yield pa.RecordBatch.from_struct_array(pa.array(found, pa.struct(RUN_FACTS_SCHEMA)))
 
-        collected = (_segments(spark, files, stats)
+        collected = (_segments(spark, files, stats, parts)
                      .repartition(parts, "key")
                      .sortWithinPartitions("key", "ts", "file", "index")
                      .mapInArrow(decode_batches, RUN_FACTS_DDL)
@@ -229,26 +232,40 @@ def unshuffled(files: list[CaptureFile]) -> bool:
     if not all(f.local for f in files) or sum(f.size for f in files) > UNSHUFFLED_MAX_BYTES:
         return False
     try:
-        for f in files:
-            with open(f.name, "rb") as capture:
-                if capture.read(len(GZIP_MAGIC)) == GZIP_MAGIC:
-                    return False
+        return not any(_compressed(f) for f in files)
     except OSError:
         return False  # the shuffle's read task says why
-    return True
 
 
-def _segments(spark, files: list[CaptureFile], stats):
-    """One DataFrame of the segments of every file (SEGMENT_DDL), a read task per file."""
+def _compressed(f: CaptureFile) -> bool:
+    with open(f.name, "rb") as capture:
+        return capture.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+
+
+def read_shares(f: CaptureFile, parts: int) -> int:
+    """How many read tasks share a local file out among themselves, each reading it whole and sending on the
+    connections hashed to it: one per READ_TASK_BYTES, at most `parts`. A task's JVM side (the Arrow batches, the
+    shuffle's writing) cost it four times what reading the file costs the worker, so one big file was a long
+    serial stage (a 356 MB capture: 1.4-2.2 s). A compressed file is read by one task (each would inflate it)."""
+    try:
+        return 1 if _compressed(f) else max(1, min(parts, -(-f.size // READ_TASK_BYTES)))
+    except OSError:
+        return 1  # (the read task says why)
+
+
+def _segments(spark, files: list[CaptureFile], stats, parts: int):
+    """One DataFrame of the segments of every file (SEGMENT_DDL), a read task per file (a few for a big local
+    file: read_shares)."""
     numbered = list(enumerate(f.name for f in files))
     frames = []
-    local = [(n, name) for (n, name), f in zip(numbered, files) if f.local]
+    local = [(n, name, share, shares) for (n, name), f in zip(numbered, files) if f.local
+             for shares in [read_shares(f, parts)] for share in range(shares)]
     if local:
         def read_paths(batches):
             for batch in batches:
                 for task in batch.column(0).to_pylist():
-                    number, name = local[task]
-                    yield from read_local(name, name, number, stats.add)
+                    number, name, share, shares = local[task]
+                    yield from read_local(name, name, number, stats.add, share, shares)
 
         frames.append(spark.range(len(local), numPartitions=len(local)).mapInArrow(read_paths, SEGMENT_DDL))
     remote = {name: n for (n, name), f in zip(numbered, files) if not f.local}

@@ -64,18 +64,23 @@ def key_endpoints(key: str) -> tuple[tuple[str, int], tuple[str, int]]:
     return (first_ip, int(first_port)), (second_ip, int(second_port))
 
 
-def read_local(path: str, name: str, file_number: int, report: ReadReport) -> Iterator[pa.RecordBatch]:
-    reader = _opened(path, name, report, True)
+def read_local(path: str, name: str, file_number: int, report: ReadReport, int shard=0,
+               int shards=1) -> Iterator[pa.RecordBatch]:
+    """The segments of a local file as Arrow batches; with `shards`, only those of the connections hashed to `shard`
+    (a big file is read by several tasks, each reading it whole: see build.READ_TASK_BYTES). Shard 0 reports the
+    file; every shard its segments."""
+    reader = _opened(path, name, report, shard == 0)
     if reader is None:
         return
     # a batch's rows are thousands of tuples that live until it is sent: the collector's default passes over them
     # cost more than the loop making them
     cdef long long segments = 0
     with reader, collecting_rarely():
-        for rows in _segment_rows(reader, file_number, 0, 1):
+        for rows in _segment_rows(reader, file_number, shard, shards):
             segments += len(rows)
             yield _batch(rows)
-        report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read, "segments": segments,
+        report({"segments": segments} if shard else
+               {"files": 1, "bytes": reader.total_size, "frames": reader.frames_read, "segments": segments,
                 "warnings": [w.replace(path, name, 1) for w in reader.warnings]})
 
 
