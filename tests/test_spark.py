@@ -457,8 +457,6 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
     read by one task or shared out among several (build.read_shares)."""
     if through.startswith("the shuffle"):
         monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 0)
-    if through.endswith("shared out"):
-        monkeypatch.setattr(build, "READ_TASK_BYTES", 1000)  # (every file read by as many tasks as there are cores)
     whole = port_reuse_capture(tmp_path)
     linktype, packets, segments = read_segments(whole)
     reused = {connection_key(s) for s in segments if 40000 in (s.sport, s.dport)}
@@ -472,6 +470,10 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
             writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=linktype)
             for ts, frame in packets[start:end]:
                 writer.writepkt(frame, ts)
+    if through.endswith("shared out"):  # only the biggest file is big: read by two tasks, the others by one
+        sizes = sorted(part.stat().st_size for part in parts)
+        assert sizes[-2] < sizes[-1] < 2 * sizes[-2]
+        monkeypatch.setattr(build, "READ_TASK_BYTES", sizes[-2])
     out = tmp_path / "tables"
     result = CliRunner().invoke(main, ["spark", *map(str, parts), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -510,29 +512,73 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
 def test_one_file_is_shared_out_without_the_shuffle_as_decode_reads_it(spark, tmp_path, monkeypatch):
     """A run of one file: each of the tasks reads it whole and decodes the connections hashed to it
     (reading.shard_rows), no segment crossing into the JVM; the 20 connections on one reused port are
-    decode's, and the summary counts the file once. Bigger files go through the shuffle, with the same tables."""
+    decode's, and the summary counts the file once. Bigger files go through the shuffle, with the same tables,
+    read by one task or, bigger still, shared out among two read tasks (build.read_shares)."""
     path = port_reuse_capture(tmp_path)
     with open_capture(str(path)) as reader:
         segments = list(reader.segments())
     expected = decode_json(path)
     size = path.stat().st_size
+    tracker = spark.sparkContext.statusTracker()
+    first_stage_tasks = {}
     for unshuffled_max, read_task_bytes, name in ((size, size, "unshuffled"), (size - 1, size, "shuffled"),
-                                                  (size - 1, size // 3, "read by three tasks")):
+                                                  (size - 1, size // 2 + 1, "read by two tasks")):
         monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", unshuffled_max)
         monkeypatch.setattr(build, "READ_TASK_BYTES", read_task_bytes)
+        spark.sparkContext.setJobGroup(f"{tmp_path.name} {name}", name)
         summary = build_tables(spark, expand_local([str(path)])[0], str(tmp_path / name), partitions=3)
         assert (summary.files, summary.bytes, summary.segments) == (1, size, len(segments))
         assert summary.messages == len(expected)
-    assert build.read_shares(expand_local([str(path)])[0][0], 3) == 3
+        first_job = min(tracker.getJobIdsForGroup(f"{tmp_path.name} {name}"))
+        first_stage_tasks[name] = tracker.getStageInfo(min(tracker.getJobInfo(first_job).stageIds)).numTasks
+    assert first_stage_tasks == {"unshuffled": 3, "shuffled": 1, "read by two tasks": 2}
     shuffled, unshuffled = read_tables(spark, tmp_path / "shuffled"), read_tables(spark, tmp_path / "unshuffled")
     assert_messages_agree(expected, unshuffled["messages"])
     assert [r["stream"] for r in sorted(unshuffled["messages"], key=order)] == \
         [e["stream"] for e in sorted(expected, key=order)]
-    read_by_three = read_tables(spark, tmp_path / "read by three tasks")
+    read_by_two = read_tables(spark, tmp_path / "read by two tasks")
     for table in ("messages", "records", "connections"):
-        assert without(unshuffled[table]) == without(shuffled[table]) == without(read_by_three[table]), table
+        assert without(unshuffled[table]) == without(shuffled[table]) == without(read_by_two[table]), table
     assert len([c for c in unshuffled["connections"] if c["client"] == "127.0.0.1:40000"]) == 20
-    assert analysed_rows(tmp_path / "unshuffled", PARTITIONS) == analysed_rows(tmp_path / "shuffled", PARTITIONS)
+    assert analysed_rows(tmp_path / "unshuffled", PARTITIONS) == analysed_rows(tmp_path / "shuffled", PARTITIONS) \
+        == analysed_rows(tmp_path / "read by two tasks", PARTITIONS)
+
+
+def test_a_big_file_is_shared_out_among_the_cores_left_to_it(tmp_path, monkeypatch):
+    """Through the shuffle, a local file of more than READ_TASK_BYTES is read by a task per READ_TASK_BYTES, no
+    more than the cores left to each of the run's big files; a compressed, a small or an unreadable one by one."""
+    from kafkasniff.pipeline.inputs import CaptureFile
+
+    capture = Path(__file__).resolve().parents[1] / "captures" / "consumer_group.pcap"
+    compressed = tmp_path / "consumer_group.pcap.gz"
+    compressed.write_bytes(gzip.compress(capture.read_bytes()))
+    monkeypatch.setattr(build, "READ_TASK_BYTES", 1000)
+    shares = {(name, size, cores, big): build.read_shares(CaptureFile(str(path), size, True), cores, big)
+              for name, path in (("plain", capture), ("gzip", compressed), ("missing", tmp_path / "none.pcap"))
+              for size, cores, big in ((1000, 8, 1), (1001, 8, 1), (3500, 8, 1), (3500, 2, 1), (3500, 8, 3),
+                                       (3500, 8, 5), (9000, 8, 2))}
+    assert {key: count for key, count in shares.items() if count != 1} == {
+        ("plain", 1001, 8, 1): 2, ("plain", 3500, 8, 1): 4, ("plain", 3500, 2, 1): 2, ("plain", 3500, 8, 3): 2,
+        ("plain", 9000, 8, 2): 4}
+
+
+def test_a_file_read_by_two_tasks_is_reported_once_and_its_segments_split_between_them(tmp_path):
+    """The read tasks sharing a file (build.read_shares) each send on the segments of their connections, with
+    their indexes in the whole file; only the first reports the file, its frames and its warnings."""
+    data = (Path(__file__).resolve().parents[1] / "captures" / "consumer_group.pcap").read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:-37])  # inside the last record
+    reports, rows = [], {}
+    for share in (None, 0, 1):
+        rows[share] = [row for batch in read_local(str(cut), "cut.pcap", 0, reports.append,
+                                                   *((share, 2) if share is not None else ()))
+                       for row in batch.to_pylist()]
+    whole, first, second = reports
+    assert sorted(rows[0] + rows[1], key=lambda row: row["index"]) == rows[None]
+    assert len(rows[0]) == 76 and len(rows[1]) == 38 and not {r["key"] for r in rows[0]} & {r["key"] for r in rows[1]}
+    assert whole == {**first, "segments": 114} and first["segments"] == 76 and second == {"segments": 38}
+    assert whole["warnings"] == [f"cut.pcap: capture ends inside the record at byte {len(data) - 82} (29 of 66 "
+                                 "bytes; file truncated?)"]
 
 
 def test_each_tasks_share_of_the_files_comes_in_the_shuffles_order(tmp_path, monkeypatch):
@@ -786,6 +832,8 @@ def test_a_capture_without_packets_gives_empty_tables(spark, tmp_path):
 def test_python_workers_talk_to_the_jvm_over_a_unix_socket(spark):
     """Not loopback TCP, where a task's small writes wait on delayed acknowledgements (sparkenv's setting): each
     worker's daemon was told so by its JVM, in local mode and on the cluster's executors alike."""
+    if tuple(int(part) for part in spark.version.split(".")[:2]) < (4, 1):
+        pytest.skip(f"Spark {spark.version} has no Unix socket for its Python workers (4.1 has)")
     def told(_):
         yield os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower()  # (as the daemon reads it)
 
@@ -820,9 +868,10 @@ def test_topic_ids_in_staged_messages_are_named_list_by_list():
 
 def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkeypatch):
     """The analyses read the decode tasks' staged Seens in capture order: tasks of many sizes (one empty), each
-    staging runs of a bounded size (a segment's Seens may straddle two), batches small enough to end anywhere, keys
-    that tie on time, file and index and differ in the sequence number, and messages released by a connection's end
-    (time infinite) after every segment."""
+    sorting runs of a bounded size (a segment's Seens may straddle two) and merging them into one file, as soon as
+    there are MERGED_AT_ONCE of a generation and at its end; batches small enough to end anywhere, keys that tie on
+    time, file and index and differ in the sequence number, and messages released by a connection's end (time
+    infinite) after every segment."""
     import marshal
     import random
 
@@ -830,19 +879,30 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
 
     monkeypatch.setattr(analysis, "_BATCH_ROWS", 7)
     monkeypatch.setattr(analysis.StagedSeen, "RUN_BYTES", 200)  # (task, seq) marshals to 12 bytes: 17 a run
+    monkeypatch.setattr(analysis.StagedSeen, "MERGED_AT_ONCE", 3)
+    merges = []
+    merge = analysis.StagedSeen._merge
+    monkeypatch.setattr(analysis.StagedSeen, "_merge", lambda self, files: merges[-1].append(
+        [rows for _, rows, _ in files]) or merge(self, files))
     rng = random.Random(16)
-    files, every, runs = [], [], []
+    staged_files, every = [], []
     for task, rows in enumerate((0, 1, 5, 40, 133)):
+        merges.append([])
         staged = analysis.StagedSeen(str(tmp_path), "_staging", f"t{task}")
         for seq in range(rows):
             key = (rng.choice([1.5, 2.0, 2.25, analysis.AT_THE_END]), rng.randrange(3), rng.randrange(4) * 5 + task)
             staged.add(*key, (task, seq))
             every.append((*key, seq, (task, seq)))
         closed = staged.close()
-        runs.append([rows for _, rows in closed])
-        files += [path for path, _ in closed]
-    assert runs == [[], [1], [5], [17, 17, 6], [17] * 7 + [14]]
-    merged = [marshal.loads(seen) for seen in analysis._in_key_order(analysis.output_fs(str(tmp_path))[0], files)]
+        assert (closed is None) == (rows == 0) and (closed is None or closed[1] == rows)
+        staged_files += [closed[0]] if closed else []
+    # runs of 17 (the last one shorter); three runs make one file of the next generation, and a task's end merges
+    # what is left
+    assert merges == [[], [], [], [[17, 17, 6]], [[17, 17, 17], [17, 17, 17], [51, 51, 17, 14]]]
+    assert sorted(p.name for p in (tmp_path / "_staging" / "seen").iterdir()) == sorted(
+        Path(path).name for path in staged_files), "one file a task, the runs merged into it deleted"
+    merged = [marshal.loads(seen)
+              for seen in analysis._in_key_order(analysis.output_fs(str(tmp_path))[0], staged_files)]
     assert merged == [seen for *_, seen in sorted(every)]
     assert len(merged) == 179
 

@@ -13,7 +13,8 @@ where the work is, stays spread over the tasks:
   group APIs, partition facts without records, a few hundred bytes), keyed by the capture position of
   the segment that completed it (time, file, index, and a sequence number for messages ending in the same
   segment; messages only the connection's end releases come after every segment, in connection order),
-  and stages them sorted by that key (`StagedSeen`, which holds a task's until the task ends);
+  and stages them sorted by that key (`StagedSeen`: sorted runs of a bounded size, merged into one file per
+  task);
 - one task of the finishing job merges the staged files in key order, one batch of each at a time
   (memory bounded by the number of decode tasks, not the run), feeds one Insight, and writes both tables.
 
@@ -47,13 +48,16 @@ AT_THE_END = math.inf  # the time key of messages released by a connection's end
 
 
 class StagedSeen:
-    """A decode task's Seen messages with their keys, staged as files sorted by key (writing.StagedWriter): a run of
-    at most RUN_BYTES of them at a time, so that what a task holds does not grow with its share of the capture (the
-    analyses merge every file by key, a batch of each at a time)."""
+    """A decode task's Seen messages with their keys, staged as one file sorted by key (writing.StagedWriter). They
+    are sorted in runs of at most RUN_BYTES, so that what a task holds does not grow with its share of the capture,
+    and the runs merged into one file, so that the analyses' merge holds a batch per task, not per run: at the
+    task's end, and on the way whenever MERGED_AT_ONCE files of one generation are there (a task's runs each span
+    its whole share of the capture, connection after connection: a merge holds a batch of each of its files)."""
 
     # Marshalled Seens held before they are sorted and written. bench60 stages 36 MB of them: in one run at the
-    # task's end its peak was 466 MB, in runs of 8 MB 370 MB; the analyses merge its five runs as fast as one.
+    # task's end its peak was 466 MB, in runs of 8 MB 370 MB.
     RUN_BYTES = 8 << 20
+    MERGED_AT_ONCE = 16
 
     def __init__(self, out: str, staging: str, task: str) -> None:
         self._filesystem, root = output_fs(out)
@@ -64,7 +68,8 @@ class StagedSeen:
         self._seen: list[bytes] = []
         self._bytes = 0
         self._staged = 0  # Seens in the runs written: the next one's first sequence number
-        self._runs: list[tuple[str, int]] = []
+        self._files: list[tuple[str, int, int]] = []  # (path, rows, generation: 0 a run, n + 1 a merge of n's)
+        self._named = 0  # files named so far
 
     def add(self, ts: float, file: int, index: int, plain_seen: tuple) -> None:
         # Marshalled (plain values only, made and read by this run's own tasks, on the one Python version Spark
@@ -79,11 +84,13 @@ class StagedSeen:
         if self._bytes >= self.RUN_BYTES:
             self._write_run()
 
-    def close(self) -> list[tuple[str, int]]:
-        """(staged file, rows) of every run written, none when there was nothing to stage."""
+    def close(self) -> tuple[str, int] | None:
+        """(staged file, rows), None when there was nothing to stage."""
         if self._seen:
             self._write_run()
-        return self._runs
+        if len(self._files) > 1:
+            self._merge(self._files)
+        return self._files[0][:2] if self._files else None
 
     def _write_run(self) -> None:
         rows = len(self._seen)
@@ -92,23 +99,48 @@ class StagedSeen:
                           np.frombuffer(self._index, np.int64), np.arange(self._staged, self._staged + rows,
                                                                            dtype=np.int64),
                           pa.array(self._seen, pa.binary())], schema=_SCHEMA)
-        path = f"{self._stem}-{len(self._runs):04d}{STAGED_SUFFIX}"
-        writer = StagedWriter(self._filesystem, path, _SCHEMA)
-        try:
-            for batch in table.sort_by(_KEY).to_batches(max_chunksize=_BATCH_ROWS):
-                writer.write(batch)
-        finally:
-            writer.close()
-        self._runs.append((path, rows))
+        self._write([table.sort_by(_KEY)], rows, 0)
         self._staged += rows
         self._ts, self._file, self._index = array.array("d"), array.array("i"), array.array("q")
         self._seen, self._bytes = [], 0
+        generation = 0
+        while len(same := [f for f in self._files if f[2] == generation]) >= self.MERGED_AT_ONCE:
+            self._merge(same)
+            generation += 1
+
+    def _merge(self, files: list[tuple[str, int, int]]) -> None:
+        """`files` replaced by one, their rows merged in key order."""
+        files = list(files)  # (not self._files itself, which the merged file joins)
+        self._write(_merged(self._filesystem, [path for path, _, _ in files]), sum(rows for _, rows, _ in files),
+                    1 + max(generation for _, _, generation in files))
+        for path, _, _ in files:
+            self._filesystem.delete_file(path)
+        self._files = [f for f in self._files if f not in files]
+
+    def _write(self, tables, rows: int, generation: int) -> None:
+        path = f"{self._stem}-{self._named:04d}{STAGED_SUFFIX}"
+        self._named += 1
+        writer = StagedWriter(self._filesystem, path, _SCHEMA)
+        try:
+            for table in tables:
+                for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+                    writer.write(batch)
+        finally:
+            writer.close()
+        self._files.append((path, rows, generation))
 
 
 def _in_key_order(filesystem, staged: list[str]):
-    """The staged files' Seens (marshalled) merged in key order, a batch of each file at a time: the rows of all
-    files up to the least of their batches' last keys (no row to come can be before it) are sorted together by
-    Arrow, and the rest wait for the next round. Keys are unique: a segment is one connection's, in one task."""
+    """The staged files' Seens (marshalled) merged in key order (_merged)."""
+    for table in _merged(filesystem, staged):
+        yield from table.column("seen").to_pylist()
+
+
+def _merged(filesystem, staged: list[str]):
+    """The rows of staged files (each sorted by key) merged in key order, a sorted table at a time, a batch of each
+    file held at a time: the rows of all files up to the least of their batches' last keys (no row to come can be
+    before it) are sorted together by Arrow, and the rest wait for the next round. Keys are unique: a segment is
+    one connection's, in one task, which numbers its Seens on from run to run."""
     with contextlib.ExitStack() as files:
         batches = [files.enter_context(contextlib.closing(staged_batches(filesystem, path))) for path in staged]
         pending = [_SCHEMA.empty_table() for _ in batches]  # each file's rows read and not yet given
@@ -128,7 +160,7 @@ def _in_key_order(filesystem, staged: list[str]):
                 count = _rows_up_to(table, bound)
                 ready.append(table.slice(0, count))
                 pending[n] = table.slice(count)
-            yield from pa.concat_tables(ready).sort_by(_KEY).column("seen").to_pylist()
+            yield pa.concat_tables(ready).sort_by(_KEY)
 
 
 def _last_key(table: pa.Table) -> tuple:

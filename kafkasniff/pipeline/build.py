@@ -18,12 +18,13 @@
    folders by date), each task counting what it wrote: the summary counts what the tables hold;
    one of its tasks runs the analyses over the whole run into the groups and partitions tables.
    A task per core at most, the work shared out by its estimated cost (finishing_tasks).
-The inputs are read and decoded once; no table row passes through the JVM.
+The inputs are decoded once (a task may read a file another task reads: it skips the other's connections in C); no
+table row passes through the JVM.
 
 A run of local uncompressed files of at most UNSHUFFLED_MAX_BYTES in all skips the shuffle: its first job has a task
 per partition that reads every file and decodes the connections hashed to it, their segments merged and sorted as
-a shuffled partition's (reading.shard_rows), without the read stage (a task per file, one task wide for one big
-file), the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
+a shuffled partition's (reading.shard_rows), without the read stage (a task per file, or a few for a big local
+one), the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
 
 Jobs through which nothing but a few facts and counts pass (that first job, the finishing) are RDD jobs of Python
 functions, not DataFrames: a DataFrame job's planning, code generation and Arrow conversions cost the JVM about
@@ -64,7 +65,8 @@ READ_TASK_BYTES = 64 << 20
 # share the work out among the finishing tasks, and against TASK_MICROS they say how many tasks are worth it.
 _FINISHING_MICROS_PER_ROW = {STAGED_NAME: 5.0, MESSAGES.name: 0.9, RECORDS.name: 0.5, CONNECTIONS.name: 1.1}
 # What a Python task costs Spark however little it does, in the same microseconds (a trivial mapPartitions task, local
-# mode, a reused worker, its daemon on a Unix socket (sparkenv): 7-9 ms; over loopback TCP it was 51-52 ms)
+# mode, a reused worker, its daemon on a Unix socket (sparkenv): 7-9 ms; over loopback TCP, as Spark before 4.1 has
+# it, 51-52 ms: there the finishing makes more tasks than are worth it, which costs it a few tenths of a second)
 TASK_MICROS = 8_000.0
 
 
@@ -173,7 +175,7 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
             if found:
                 yield pa.RecordBatch.from_struct_array(pa.array(found, pa.struct(RUN_FACTS_SCHEMA)))
 
-        collected = (_segments(spark, files, stats, parts)
+        collected = (_segments(spark, files, stats, sc.defaultParallelism)
                      .repartition(parts, "key")
                      .sortWithinPartitions("key", "ts", "file", "index")
                      .mapInArrow(decode_batches, RUN_FACTS_DDL)
@@ -245,24 +247,27 @@ def _compressed(f: CaptureFile) -> bool:
         return capture.read(len(GZIP_MAGIC)) == GZIP_MAGIC
 
 
-def read_shares(f: CaptureFile, parts: int) -> int:
+def read_shares(f: CaptureFile, cores: int, big_files: int) -> int:
     """How many read tasks share a local file out among themselves, each reading it whole and sending on the
-    connections hashed to it: one per READ_TASK_BYTES, at most `parts`. A task's JVM side (the Arrow batches, the
-    shuffle's writing) cost it four times what reading the file costs the worker, so one big file was a long
-    serial stage (a 356 MB capture: 1.4-2.2 s). A compressed file is read by one task (each would inflate it)."""
+    connections hashed to it: one per READ_TASK_BYTES, as many as the `cores` left to each of the run's `big_files`
+    (those of more than READ_TASK_BYTES) allow. A task's JVM side (the Arrow batches, the shuffle's writing) cost it
+    four times what reading the file costs the worker, so one big file was a long serial stage (a 356 MB capture:
+    1.4-2.2 s). A compressed file is read by one task (each would inflate it)."""
+    shares = min(cores // max(big_files, 1), -(-f.size // READ_TASK_BYTES))
     try:
-        return 1 if _compressed(f) else max(1, min(parts, -(-f.size // READ_TASK_BYTES)))
+        return 1 if shares <= 1 or _compressed(f) else shares
     except OSError:
         return 1  # (the read task says why)
 
 
-def _segments(spark, files: list[CaptureFile], stats, parts: int):
+def _segments(spark, files: list[CaptureFile], stats, cores: int):
     """One DataFrame of the segments of every file (SEGMENT_DDL), a read task per file (a few for a big local
     file: read_shares)."""
     numbered = list(enumerate(f.name for f in files))
     frames = []
+    big_files = sum(f.local and f.size > READ_TASK_BYTES for f in files)
     local = [(n, name, share, shares) for (n, name), f in zip(numbered, files) if f.local
-             for shares in [read_shares(f, parts)] for share in range(shares)]
+             for shares in [read_shares(f, cores, big_files)] for share in range(shares)]
     if local:
         def read_paths(batches):
             for batch in batches:
