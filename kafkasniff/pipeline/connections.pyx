@@ -118,7 +118,8 @@ cdef class _Tally:
         """The message's src and dst as endpoint_text gives them."""
         cdef KafkaConnection conn = ev.conn
         if conn is not self.named:
-            self.named, self.client_text, self.server_text = conn, endpoint_text(conn.client), endpoint_text(conn.server)
+            self.named = conn
+            self.client_text, self.server_text = endpoint_text(conn.client), endpoint_text(conn.server)
         if ev.direction == "c2s":
             return self.client_text, self.server_text
         return self.server_text, self.client_text
@@ -294,7 +295,8 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
                     first, second = key_endpoints(key)
                     same_time = []
                 src, dst = (first, second) if row[4] else (second, first)
-                seg = named_tuple(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7], row[8], row[9]))
+                seg = named_tuple(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7], row[8],
+                                               row[9]))
                 if not same_time or ts != last_ts:
                     last_ts = ts
                     same_time = [(seg, file)]

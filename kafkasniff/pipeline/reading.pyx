@@ -96,9 +96,10 @@ cdef object _opened(str path, str name, report, bint tell):
 
 def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
     """The segment rows (SEGMENT_SCHEMA's order) of the connections of a run's local files (numbered in the list's
-    order, the run's) whose endpoints hash to `shard` of `shards` (CaptureReader.segment_batches), in the order a shuffled partition has them (key,
-    time, file, index), BATCH_SEGMENTS at a time: held in memory until every file is read, so the job takes this
-    path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the files."""
+    order, the run's) whose endpoints hash to `shard` of `shards` (CaptureReader.segment_batches), in the order a
+    shuffled partition has them (key, time, file, index), BATCH_SEGMENTS at a time: held in memory until every file
+    is read, so the job takes this path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports
+    the files."""
     # Rows are kept by connection, each connection's in the order read, (file, index): that is their (time, file,
     # index) order unless a packet's time goes back, and only then is the connection sorted. Sorting all rows by
     # (key, time, file, index) took a quarter of the reading (470 M of 1,650 M instructions for bench60's half).
