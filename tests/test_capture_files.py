@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import socket
 import struct
+from array import array
 from pathlib import Path
 
 import dpkt
@@ -613,7 +615,10 @@ def _frames_and_notes(path, chunk: int) -> tuple:
     try:
         with open_capture(path) as reader:
             frames = list(reader.frames())
-            return frames, reader.warnings, dict(reader.skipped), reader.frames_read
+        with open_capture(path) as counting:  # (the connections' bytes, read as damaged)
+            counts = counting.bucket_bytes()
+            assert counting.warnings == reader.warnings and counting.frames_read == reader.frames_read
+        return frames, reader.warnings, dict(reader.skipped), reader.frames_read, counts
     finally:
         files._SCAN_CHUNK = saved
 
@@ -630,7 +635,7 @@ def test_damaged_pcapng_never_fails_and_reads_the_same_whatever_the_read_size(tm
     path.write_bytes(bytes(data[:max(len(data) - cut, 4)]))
     whole = _frames_and_notes(path, 1 << 20)
     assert _frames_and_notes(path, chunk) == whole
-    frames, warnings, _skipped, frames_read = whole
+    frames, warnings, _skipped, frames_read, _counts = whole
     assert len(frames) <= frames_read
     if not changes and cut == 0:
         assert warnings == [] and len(frames) == len(exchange_frames())
@@ -658,34 +663,73 @@ def test_packets_are_estimated_from_the_start_of_the_file(tmp_path, compressed):
         assert sum(1 for _ in reader.frames()) == 12_000  # the estimate read a copy: the reader starts at the start
 
 
-@pytest.mark.parametrize("form", ["pcap", "pcapng", "ipv6"])
-def test_a_share_of_the_connections_keeps_every_segments_index(tmp_path, form):
-    """A Spark task's share of a file (segment_batches(shard, shards)): the segments of the connections whose
-    endpoints hash to it, both directions together, and None for every other segment, so that each keeps its
-    index; every segment in exactly one share, and the shares spread."""
+def _capture_in_form(tmp_path, form: str) -> tuple[Path, list]:
+    """consumer_group.pcap as pcap, as pcapng (frames from the lower port on a second interface, as Linux cooked
+    v2) or with IPv6 addresses."""
     from pcapkit import as_ipv6, read_packets, write_pcap, write_pcapng
 
     packets = read_packets(Path(__file__).parents[1] / "captures" / "consumer_group.pcap")
-    if form == "pcapng":  # frames from the lower port on a second interface, as Linux cooked v2
+    if form == "pcapng":
         path = write_pcapng(tmp_path / "c.pcapng", packets,
                             lambda p: int(tcp_of(p.frame).sport < tcp_of(p.frame).dport),
                             [(dpkt.pcap.DLT_EN10MB, bytes), (276, lambda f: sll2_header(f[12:14]) + f[14:])])
     else:
         path = write_pcap(tmp_path / "c.pcap", [(ts, as_ipv6(f) if form == "ipv6" else f) for ts, f in packets])
+    return path, packets
+
+
+def _bucket(seg) -> int:
+    """A connection's bucket as the reader has it: FNV-1a over its endpoints (raw address, then the port's two
+    bytes), the lower endpoint first, so that both directions agree and every process."""
+    ends = sorted([(socket.inet_pton(socket.AF_INET6 if ":" in seg.src else socket.AF_INET, seg.src), seg.sport),
+                   (socket.inet_pton(socket.AF_INET6 if ":" in seg.dst else socket.AF_INET, seg.dst), seg.dport)])
+    hashed = 14695981039346656037
+    for byte in b"".join(address + port.to_bytes(2, "big") for address, port in ends):
+        hashed = (hashed ^ byte) * 1099511628211 % 2**64
+    return hashed % files.CONNECTION_BUCKETS
+
+
+@pytest.mark.parametrize("form", ["pcap", "pcapng", "ipv6"])
+def test_a_share_of_the_connections_keeps_every_segments_index(tmp_path, form):
+    """A Spark task's share of a file (segment_batches(shard, owners)): the segments of the connections whose
+    bucket the owners table gives it, both directions together, and None for every other segment, so that each
+    keeps its index."""
+    path, packets = _capture_in_form(tmp_path, form)
     with open_capture(path) as reader:
         every = [seg for batch in reader.segment_batches() for seg in batch]
     assert len(every) == len(packets) and None not in every
-    shares = []
+    buckets = sorted({_bucket(seg) for seg in every})  # the capture's connections' buckets, dealt to three shares
+    assert len(buckets) > 3
+    owners = array("H", [0] * files.CONNECTION_BUCKETS)
+    for number, bucket in enumerate(buckets):
+        owners[bucket] = number % 3
+    owners = owners.tobytes()
     for shard in range(3):
         with open_capture(path) as reader:
-            shares.append([seg for batch in reader.segment_batches(shard, 3) for seg in batch])
-    connections = []
-    for share in shares:
-        assert len(share) == len(every)
-        assert all(seg is None or seg == every[i] for i, seg in enumerate(share))
-        connections.append({frozenset([(s.src, s.sport), (s.dst, s.dport)]) for s in share if s is not None})
-    assert all(sum(share[i] is not None for share in shares) == 1 for i in range(len(every)))
-    assert all(connections) and not (connections[0] & connections[1] or connections[0] & connections[2]
-                                     or connections[1] & connections[2])
-    with open_capture(path) as reader, pytest.raises(ValueError, match="shard must be in"):
-        next(reader.segment_batches(3, 3))
+            share = [seg for batch in reader.segment_batches(shard, owners) for seg in batch]
+        assert share == [seg if buckets.index(_bucket(seg)) % 3 == shard else None for seg in every]
+    with open_capture(path) as reader:  # a table that gives every bucket to share 1: nothing for share 0
+        nobody = array("H", [1] * files.CONNECTION_BUCKETS).tobytes()
+        assert {seg for batch in reader.segment_batches(0, nobody) for seg in batch} == {None}
+    for shard, table, why in [(0, owners[:-2], "owners must hold"), (0, owners + b"\0\0", "owners must hold"),
+                              (-1, owners, "shard must be in"), (65536, owners, "shard must be in")]:
+        with open_capture(path) as reader, pytest.raises(ValueError, match=why):
+            next(reader.segment_batches(shard, table))
+
+
+@pytest.mark.parametrize("form", ["pcap", "pcapng", "ipv6"])
+def test_bucket_bytes_add_up_each_connections_captured_bytes_in_its_bucket(tmp_path, form):
+    """bucket_bytes: every TCP frame's captured length added to its connection's bucket (both directions in one),
+    the frames read up to a cut record at the end; nothing else is made of the file, nor counted as skipped."""
+    path, packets = _capture_in_form(tmp_path, form)
+    path.write_bytes(path.read_bytes() + bytes(7))
+    expected = array("Q", bytes(8 * files.CONNECTION_BUCKETS))
+    with open_capture(path) as reader:
+        for ts, linktype, frame, wire_len in reader.frames():
+            expected[_bucket(FrameParser().parse(frame, linktype, ts))] += len(frame)
+    with open_capture(path) as reader:
+        assert reader.bucket_bytes() == expected
+        assert len(reader.warnings) == 1 and reader.frames_read == len(packets) and not reader.skipped
+    assert sum(1 for count in expected if count) > 3
+    with open_capture(path) as reader, pytest.raises(ValueError, match="counts must hold"):
+        next(reader._records(True, counts=array("Q", [0])))

@@ -4,13 +4,16 @@
  * spent about 5 us a frame on it, a third of what the one-line view costs in all.
  *
  * parse_frame(frame, linktype, ts, wire_len) -> TcpSegment, or the reason it holds none (str)
- * scan_pcap(buf, big_endian, record_header_len, units, linktype, max_record, skipped, parse)
+ * scan_pcap(buf, big_endian, record_header_len, units, linktype, max_record, skipped, parse[, shard, owners,
+ *           counts])
  *     -> (items, records, pos, bad_caplen): the whole records at the start of buf, parsed into
  *     TcpSegments (parse true; frames without one are counted in the dict `skipped`) or as
  *     (ts, linktype, frame, wire_len) tuples; how many records that was; pos where the first
  *     incomplete record starts; bad_caplen is None, or the length a record at pos claims
- *     beyond max_record.
- * scan_pcapng(buf, big_endian, interfaces, max_record, skipped, parse)
+ *     beyond max_record. With `owners` (a 16-bit share per connection bucket), the segments of
+ *     other shards' connections are None; with `counts` (a writable 64-bit count per bucket),
+ *     no items are made and each TCP frame's captured bytes are added to its bucket's count.
+ * scan_pcapng(buf, big_endian, interfaces, max_record, skipped, parse[, shard, owners, counts])
  *     -> (items, records, pos, at_block): the whole packet blocks (enhanced, simple, obsolete) at
  *     the start of buf, made as scan_pcap makes records; `interfaces` holds (linktype, units per
  *     second, offset in seconds), or None, per interface of the section. Blocks whose packet cannot
@@ -261,18 +264,11 @@ static PyObject *make_segment(const uint8_t *f, double ts, const tcp_fields *t) 
     return seg;
 }
 
-/* Which segments a scan makes: every connection's (shards 1), or only those of the connections whose endpoints
- * hash to `shard` of `shards` (a Spark task's share of a file, pipeline/reading.pyx: each task reads the whole
- * file, and the others' packets cost no objects). */
-typedef struct {
-    int shard, shards;
-} Share;
+/* A connection's bucket: the same in both directions (the endpoints in a fixed order) and in every process (FNV-1a
+ * over their bytes, not a seeded hash). Buckets are what a scan shares out (Share) and counts bytes by. */
+#define CONNECTION_BUCKETS 4096
 
-static const Share EVERY_CONNECTION = {0, 1};
-
-/* The share a connection's packets go to: the same in both directions (the endpoints in a fixed order) and in
- * every process (FNV-1a over their bytes, not a seeded hash). */
-static int share_of(const tcp_fields *t, int shards) {
+static unsigned connection_bucket(const tcp_fields *t) {
     const uint8_t *a = t->src, *b = t->dst;
     unsigned a_port = t->sport, b_port = t->dport;
     int order = memcmp(a, b, t->address_len);
@@ -295,7 +291,27 @@ static int share_of(const tcp_fields *t, int shards) {
     MIX(b_port >> 8);
     MIX(b_port);
 #undef MIX
-    return (int)(hash % (uint64_t)shards);
+    return (unsigned)(hash % CONNECTION_BUCKETS);
+}
+
+/* What a scan makes of the TCP frames: every connection's segments (owners NULL), or only those of the connections
+ * whose bucket's owner is `shard` (a Spark task's share of the run, pipeline/reading.pyx: each task reads every
+ * file, and the others' packets cost no objects); or, with bucket_bytes, nothing but the captured bytes of each
+ * bucket's frames added up (from which the shares are drawn). */
+typedef struct {
+    Py_buffer owners_view;    /* CONNECTION_BUCKETS native uint16: the share each bucket belongs to */
+    const uint8_t *owners;    /* its bytes; NULL: every connection */
+    unsigned shard;
+    Py_buffer counts_view;    /* CONNECTION_BUCKETS native uint64, writable */
+    uint64_t *bucket_bytes;   /* the sums while scanning, added to counts_view at the end; NULL: not counting */
+} Share;
+
+static const Share EVERY_CONNECTION;  /* (all zero) */
+
+static inline unsigned owner_of(const Share *share, unsigned bucket) {
+    uint16_t owner;
+    memcpy(&owner, share->owners + bucket * sizeof owner, sizeof owner);  /* (a bytes object's data: any alignment) */
+    return owner;
 }
 
 /* The segment in a frame (None when its connection is another share's), or a new reference to the reason it has
@@ -305,20 +321,64 @@ static PyObject *segment_or_reason(const uint8_t *f, Py_ssize_t n, long linktype
     tcp_fields t;
     int skip = parse(f, n, linktype, wire_len, &t);
     if (skip == SKIP_NONE)
-        return share->shards > 1 && share_of(&t, share->shards) != share->shard ? Py_NewRef(Py_None)
-                                                                               : make_segment(f, ts, &t);
+        return share->owners != NULL && owner_of(share, connection_bucket(&t)) != share->shard
+                   ? Py_NewRef(Py_None) : make_segment(f, ts, &t);
     if (skip == SKIP_LINKTYPE)
         return PyUnicode_FromFormat("link type %ld", linktype);
     return Py_NewRef(reason_text[skip]);
 }
 
-/* 0 when a scan's share is one of its shares, else -1 with a ValueError. */
-static int share_valid(const Share *share) {
-    if (share->shards < 1 || share->shard < 0 || share->shard >= share->shards) {
-        PyErr_SetString(PyExc_ValueError, "shard must be in 0 .. shards - 1");
+/* The optional arguments of a scan (shard, owners, counts) as its Share: 0, or -1 with an exception set. */
+static int share_from(Share *share, int shard, PyObject *owners, PyObject *counts) {
+    memset(share, 0, sizeof *share);
+    if (owners != Py_None) {
+        if (PyObject_GetBuffer(owners, &share->owners_view, PyBUF_SIMPLE) < 0)
+            return -1;
+        share->owners = share->owners_view.buf;
+        if (share->owners_view.len != CONNECTION_BUCKETS * (Py_ssize_t)sizeof(uint16_t)) {
+            PyErr_SetString(PyExc_ValueError, "owners must hold a 16-bit share for each of CONNECTION_BUCKETS");
+            return -1;
+        }
+    }
+    if (shard < 0 || shard > UINT16_MAX) {
+        PyErr_SetString(PyExc_ValueError, "shard must be in 0 .. 65535");
         return -1;
     }
+    share->shard = (unsigned)shard;
+    if (counts != Py_None) {
+        if (PyObject_GetBuffer(counts, &share->counts_view, PyBUF_WRITABLE) < 0)
+            return -1;
+        if (share->counts_view.len != CONNECTION_BUCKETS * (Py_ssize_t)sizeof(uint64_t)) {
+            PyErr_SetString(PyExc_ValueError, "counts must hold a 64-bit count for each of CONNECTION_BUCKETS");
+            return -1;
+        }
+        share->bucket_bytes = PyMem_Calloc(CONNECTION_BUCKETS, sizeof(uint64_t));
+        if (share->bucket_bytes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
     return 0;
+}
+
+/* Ends a scan's Share: the bytes counted (scanned true: the scan went through) added to its counts. */
+static void share_done(Share *share, int scanned) {
+    if (share->bucket_bytes != NULL) {
+        if (scanned) {
+            uint8_t *counts = share->counts_view.buf;
+            for (unsigned i = 0; i < CONNECTION_BUCKETS; i++) {
+                uint64_t count;
+                memcpy(&count, counts + i * sizeof count, sizeof count);
+                count += share->bucket_bytes[i];
+                memcpy(counts + i * sizeof count, &count, sizeof count);
+            }
+        }
+        PyMem_Free(share->bucket_bytes);
+    }
+    if (share->counts_view.obj != NULL)
+        PyBuffer_Release(&share->counts_view);
+    if (share->owners_view.obj != NULL)
+        PyBuffer_Release(&share->owners_view);
 }
 
 static PyObject *parse_frame(PyObject *self, PyObject *args) {
@@ -360,12 +420,19 @@ static int count_skips(PyObject *skipped, PyObject *reason, long n) {
 
 static int count_skip(PyObject *skipped, PyObject *reason) { return count_skips(skipped, reason, 1); }
 
-/* One captured record: its segment (parse; None when it is another share's), or its (ts, linktype, frame,
- * wire_len); a frame without a segment is counted in `skipped` by its reason. */
-static int add_record(PyObject *items, PyObject *skipped, int parse, const Share *share, const uint8_t *f,
+/* One captured record: its segment (segments; None when it is another share's), or its (ts, linktype, frame,
+ * wire_len); a frame without a segment is counted in `skipped` by its reason. When the share counts bytes, only
+ * that: a TCP frame's captured bytes added to its connection's bucket. */
+static int add_record(PyObject *items, PyObject *skipped, int segments, const Share *share, const uint8_t *f,
                       Py_ssize_t caplen, long linktype, double ts, Py_ssize_t wire_len) {
+    if (share->bucket_bytes != NULL) {
+        tcp_fields t;
+        if (parse(f, caplen, linktype, wire_len, &t) == SKIP_NONE)
+            share->bucket_bytes[connection_bucket(&t)] += (uint64_t)caplen;
+        return 0;
+    }
     PyObject *item;
-    if (parse) {
+    if (segments) {
         item = segment_or_reason(f, caplen, linktype, ts, wire_len, share);
         if (item != NULL && PyUnicode_CheckExact(item)) {
             int failed = count_skip(skipped, item);
@@ -388,17 +455,19 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
     int big_endian, parse_segments;
     double units;
     long linktype;
-    PyObject *skipped;
-    Share share = EVERY_CONNECTION;
-    if (!PyArg_ParseTuple(args, "y*pndlnO!p|ii:scan_pcap", &buf, &big_endian, &record_header_len, &units,
-                          &linktype, &max_record, &PyDict_Type, &skipped, &parse_segments, &share.shard,
-                          &share.shards))
+    PyObject *skipped, *owners = Py_None, *counts = Py_None;
+    int shard = 0;
+    Share share;
+    if (!PyArg_ParseTuple(args, "y*pndlnO!p|iOO:scan_pcap", &buf, &big_endian, &record_header_len, &units,
+                          &linktype, &max_record, &PyDict_Type, &skipped, &parse_segments, &shard, &owners, &counts))
         return NULL;
-    if (share_valid(&share) < 0) {
+    if (share_from(&share, shard, owners, counts) < 0) {
+        share_done(&share, 0);
         PyBuffer_Release(&buf);
         return NULL;
     }
     if (parse_segments && segment_type == NULL) {
+        share_done(&share, 0);
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
         return NULL;
@@ -428,9 +497,11 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
             goto fail;
         pos += record_header_len + caplen;
     }
+    share_done(&share, 1);
     PyBuffer_Release(&buf);
     return Py_BuildValue("(NnnN)", items, records, pos, bad_caplen == Py_None ? Py_NewRef(Py_None) : bad_caplen);
 fail:
+    share_done(&share, 0);
     PyBuffer_Release(&buf);
     Py_XDECREF(items);
     if (bad_caplen != Py_None)
@@ -449,16 +520,19 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t pos = 0, max_record;
     int big_endian, parse_segments, at_block = 0;
-    PyObject *interfaces, *skipped;
-    Share share = EVERY_CONNECTION;
-    if (!PyArg_ParseTuple(args, "y*pO!nO!p|ii:scan_pcapng", &buf, &big_endian, &PyList_Type, &interfaces,
-                          &max_record, &PyDict_Type, &skipped, &parse_segments, &share.shard, &share.shards))
+    PyObject *interfaces, *skipped, *owners = Py_None, *counts = Py_None;
+    int shard = 0;
+    Share share;
+    if (!PyArg_ParseTuple(args, "y*pO!nO!p|iOO:scan_pcapng", &buf, &big_endian, &PyList_Type, &interfaces,
+                          &max_record, &PyDict_Type, &skipped, &parse_segments, &shard, &owners, &counts))
         return NULL;
-    if (share_valid(&share) < 0) {
+    if (share_from(&share, shard, owners, counts) < 0) {
+        share_done(&share, 0);
         PyBuffer_Release(&buf);
         return NULL;
     }
     if (parse_segments && segment_type == NULL) {
+        share_done(&share, 0);
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
         return NULL;
@@ -532,9 +606,11 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
             goto fail;
     }
 #undef U32
+    share_done(&share, 1);
     PyBuffer_Release(&buf);
     return Py_BuildValue("(NnnO)", items, records, pos, at_block ? Py_True : Py_False);
 fail:
+    share_done(&share, 0);
     PyBuffer_Release(&buf);
     Py_XDECREF(items);
     return NULL;
@@ -729,9 +805,11 @@ static PyObject *skip_blocks(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"parse_frame", parse_frame, METH_VARARGS, "The TcpSegment in a frame, or the reason it holds none."},
     {"scan_pcap", scan_pcap, METH_VARARGS,
-     "Whole pcap records in a buffer, as segments or frames (a share of the connections: shard, shards)."},
+     "Whole pcap records in a buffer, as segments or frames (a share of the connections: shard, owners), or the "
+     "bytes of each connection bucket (counts)."},
     {"scan_pcapng", scan_pcapng, METH_VARARGS,
-     "Whole pcapng packet blocks in a buffer, as segments or frames (a share of the connections: shard, shards)."},
+     "Whole pcapng packet blocks in a buffer, as segments or frames (a share of the connections: shard, owners), "
+     "or the bytes of each connection bucket (counts)."},
     {"skip_blocks", skip_blocks, METH_VARARGS, "Where a walk of pcapng blocks reaches a section header or secrets."},
 #ifdef __linux__
     {"scan_ring_block", scan_ring_block, METH_VARARGS, "The frames of one block of a TPACKET_V3 ring, as segments."},
@@ -758,5 +836,8 @@ PyMODINIT_FUNC PyInit__headers(void) {
     if (malformed_ring_frame_text == NULL)
         return NULL;
 #endif
-    return PyModule_Create(&module);
+    PyObject *created = PyModule_Create(&module);
+    if (created != NULL && PyModule_AddIntConstant(created, "CONNECTION_BUCKETS", CONNECTION_BUCKETS) < 0)
+        Py_CLEAR(created);
+    return created;
 }

@@ -21,6 +21,7 @@ import os
 import stat
 import sys
 import zlib
+from array import array
 from collections.abc import Iterator
 from itertools import chain
 from struct import Struct
@@ -32,6 +33,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 # Larger than any link layer's frame (loopback reaches 65,549 bytes; pcapng allows 256 KiB
 # snaplens); a record claiming more is corruption, not data.
 MAX_RECORD_BYTES = 16 << 20
+# Connections by their endpoints, in buckets: what a reader shares out (segment_batches) and counts bytes by
+# (bucket_bytes)
+CONNECTION_BUCKETS = _headers.CONNECTION_BUCKETS
 STDIN = "-"  # the path that stands for standard input
 _LINKTYPE_MASK = 0x03FFFFFF  # the bits above carry FCS information
 _READ_BUFFER = 64 << 10  # for the header and gzip's reads: the records are read past it (_Unread)
@@ -139,16 +143,26 @@ class CaptureReader:
         """Yield the TCP segment of each record that holds one; others are counted in `skipped`."""
         return chain.from_iterable(self.segment_batches())
 
-    def segment_batches(self, shard: int = 0, shards: int = 1) -> Iterator[list[TcpSegment | None]]:
+    def segment_batches(self, shard: int = 0, owners: bytes | None = None) -> Iterator[list[TcpSegment | None]]:
         """`segments()` a list at a time (those of each chunk read): a loop over millions of packets
-        pays for resuming a generator once per chunk instead of once per packet. With `shards`, only the
-        segments of the connections whose endpoints hash to `shard` (the same share for both directions, in any
-        process); the others' are None, so that each segment keeps its index among the file's."""
-        return self._records(True, shard, shards)
+        pays for resuming a generator once per chunk instead of once per packet. With `owners` (the share of
+        each of CONNECTION_BUCKETS, as array('H') bytes), only the segments of the connections whose bucket is
+        `shard`'s (the same bucket for both directions, in any process); the others' are None, so that each
+        segment keeps its index among the file's."""
+        return self._records(True, shard, owners)
 
-    def _records(self, parse: bool, shard: int = 0, shards: int = 1) -> Iterator[list]:
-        batches = (self._pcapng_batches(parse, shard, shards) if self.format == "pcapng"
-                   else self._pcap_batches(parse, shard, shards))
+    def bucket_bytes(self) -> array:
+        """The captured bytes of the TCP frames of each of CONNECTION_BUCKETS (connections by their endpoints, as
+        `segment_batches` shares them out), read to the end of the file; no segments are made."""
+        counts = array("Q", bytes(8 * CONNECTION_BUCKETS))
+        for _ in self._records(True, counts=counts):
+            pass
+        return counts
+
+    def _records(self, parse: bool, shard: int = 0, owners: bytes | None = None,
+                 counts: array | None = None) -> Iterator[list]:
+        batches = (self._pcapng_batches(parse, shard, owners, counts) if self.format == "pcapng"
+                   else self._pcap_batches(parse, shard, owners, counts))
         try:
             for items, records in batches:
                 self.frames_read += records
@@ -177,7 +191,7 @@ class CaptureReader:
         linktype = int.from_bytes(header[16:20], "big" if byte_order == ">" else "little")
         return linktype & _LINKTYPE_MASK, byte_order, units, record_header_len
 
-    def _pcap_batches(self, parse: bool, shard: int, shards: int):
+    def _pcap_batches(self, parse: bool, shard: int, owners: bytes | None, counts: array | None):
         """(items, records read) for the whole records of each chunk read: the record loop and the
         header parsing run in C. readinto1 hands over every byte decompressed before damage in a gzip file."""
         linktype, byte_order, units, record_header_len = self._pcap_layout
@@ -188,7 +202,7 @@ class CaptureReader:
             with unread.view() as buf:
                 items, records, pos, bad_caplen = _headers.scan_pcap(
                     buf, byte_order == ">", record_header_len, units, linktype, MAX_RECORD_BYTES, skipped, parse,
-                    shard, shards)
+                    shard, owners, counts)
             yield items, records
             if bad_caplen is not None:
                 self._warn(f"record at byte {offset + pos} claims {bad_caplen} bytes: file corrupt from here")
@@ -205,7 +219,7 @@ class CaptureReader:
         elif unread.size:
             self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
 
-    def _pcapng_batches(self, parse: bool, shard: int, shards: int):
+    def _pcapng_batches(self, parse: bool, shard: int, owners: bytes | None, counts: array | None):
         """(items, records read) for the packet blocks of each chunk read: the block loop runs in C
         (scan_pcapng); the blocks it leaves (section headers, interface descriptions, others, and
         invalid lengths) are read here, one at a time."""
@@ -220,7 +234,8 @@ class CaptureReader:
             while True:
                 with unread.view() as buf:
                     items, records, pos, at_block = _headers.scan_pcapng(
-                        buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse, shard, shards)
+                        buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse, shard, owners,
+                        counts)
                 if records:
                     yield items, records
                 unread.take(pos)

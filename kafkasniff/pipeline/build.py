@@ -2,9 +2,9 @@
 
 1. One job reads, shuffles and decodes, with the segments crossing between the JVM and the Python
    workers as Arrow batches (mapInArrow):
-   - read: one task per capture file (a big local file: several, each reading it whole and taking the
-     connections hashed to it); plain paths are streamed by the worker with the project's reader, URIs
-     are read whole by Spark's `binaryFile` source; every TCP segment becomes a row keyed by its
+   - read: one task per capture file (a big local file: several, each reading it whole and taking its
+     share of the connections, reading.connection_shares); plain paths are streamed by the worker with the
+     project's reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment becomes a row keyed by its
      connection (see `reading`);
    - shuffle: the rows are hashed by connection key to a partition and sorted there by (key, time,
      file, index in the file) by Spark's own (spilling) sort, so a partition is a sequence of
@@ -22,8 +22,9 @@ The inputs are decoded once (a task may read a file another task reads: it skips
 table row passes through the JVM.
 
 A run of local uncompressed files of at most UNSHUFFLED_MAX_BYTES in all skips the shuffle: its first job has a task
-per partition that reads every file and decodes the connections hashed to it, their segments merged and sorted as
-a shuffled partition's (reading.shard_rows), without the read stage (a task per file, or a few for a big local
+per partition that reads every file and decodes its share of the connections (shared out by their bytes, which
+each task counts first: reading.connection_shares), their segments merged and sorted as a shuffled partition's
+(reading.shard_rows), without the read stage (a task per file, or a few for a big local
 one), the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
 
 Jobs through which nothing but a few facts and counts pass (that first job, the finishing) are RDD jobs of Python
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from kafkasniff.capture.files import GZIP_MAGIC
+from kafkasniff.capture.files import CONNECTION_BUCKETS, GZIP_MAGIC
 from kafkasniff.pipeline.analysis import STAGED_NAME
 from kafkasniff.pipeline.connections import RUN_FACTS_DDL, RUN_FACTS_SCHEMA
 from kafkasniff.pipeline.inputs import CaptureFile
@@ -159,6 +160,7 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     parts = partitions or sc.defaultParallelism
     if unshuffled(files):
         paths = [f.name for f in files]
+        parts = min(parts, CONNECTION_BUCKETS)  # (a task per bucket at most: its connections go together)
 
         def read_and_decode(shards):
             from kafkasniff.pipeline.reading import shard_rows
@@ -248,11 +250,11 @@ def _compressed(f: CaptureFile) -> bool:
 
 
 def read_shares(f: CaptureFile, cores: int, big_files: int) -> int:
-    """How many read tasks share a local file out among themselves, each reading it whole and sending on the
-    connections hashed to it: one per READ_TASK_BYTES, as many as the `cores` left to each of the run's `big_files`
-    (those of more than READ_TASK_BYTES) allow. A task's JVM side (the Arrow batches, the shuffle's writing) cost it
-    four times what reading the file costs the worker, so one big file was a long serial stage (a 356 MB capture:
-    1.4-2.2 s). A compressed file is read by one task (each would inflate it)."""
+    """How many read tasks share a local file out among themselves, each reading it whole and sending on its
+    share of the connections (reading.connection_shares): one per READ_TASK_BYTES, as many as the `cores` left to
+    each of the run's `big_files` (those of more than READ_TASK_BYTES) allow. A task's JVM side (the Arrow batches,
+    the shuffle's writing) cost it four times what reading the file costs the worker, so one big file was a long
+    serial stage (a 356 MB capture: 1.4-2.2 s). A compressed file is read by one task (each would inflate it)."""
     shares = min(cores // max(big_files, 1), -(-f.size // READ_TASK_BYTES))
     try:
         return 1 if shares <= 1 or _compressed(f) else shares

@@ -15,14 +15,16 @@ a fraction of decoding it, and the segments are never made Arrow batches nor cro
 The loop over a file's segments is compiled: in Python it cost twice what reading the packets did.
 """
 
+import heapq
 import os
 import tempfile
+from array import array
 from collections.abc import Callable, Iterator
 from libc.math cimport INFINITY
 
 import pyarrow as pa
 
-from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
+from kafkasniff.capture.files import CONNECTION_BUCKETS, CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.engine.heap import collecting_rarely
 
@@ -66,9 +68,10 @@ def key_endpoints(key: str) -> tuple[tuple[str, int], tuple[str, int]]:
 
 def read_local(path: str, name: str, file_number: int, report: ReadReport, int shard=0,
                int shards=1) -> Iterator[pa.RecordBatch]:
-    """The segments of a local file as Arrow batches; with `shards`, only those of the connections hashed to `shard`
-    (a big file is read by several tasks, each reading it whole: see build.READ_TASK_BYTES). Shard 0 reports the
-    file; every shard its segments."""
+    """The segments of a local file as Arrow batches; with `shards`, only those of `shard`'s connections
+    (connection_shares: a big file is read by several tasks, each reading it whole: see build.READ_TASK_BYTES).
+    Shard 0 reports the file; every shard its segments."""
+    owners = connection_shares([path], shards)
     reader = _opened(path, name, report, shard == 0)
     if reader is None:
         return
@@ -76,7 +79,7 @@ def read_local(path: str, name: str, file_number: int, report: ReadReport, int s
     # cost more than the loop making them
     cdef long long segments = 0
     with reader, collecting_rarely():
-        for rows in _segment_rows(reader, file_number, shard, shards):
+        for rows in _segment_rows(reader, file_number, shard, owners):
             segments += len(rows)
             yield _batch(rows)
         report({"segments": segments} if shard else
@@ -94,12 +97,43 @@ cdef object _opened(str path, str name, report, bint tell):
         return None
 
 
+def connection_shares(list paths, int shards):
+    """Which of `shards` tasks each connection bucket goes to (CaptureReader.segment_batches' owners), so that the
+    tasks get about as many bytes each: the buckets' bytes are counted over the files (bucket_bytes), then the
+    biggest bucket goes first, each to the task with the fewest bytes so far (ties: the lower bucket, the lower
+    task); empty buckets go round. Each task of a run counts the same files and draws the same table. Hashing the
+    connections straight to tasks gave a records-heavy run's two tasks 39 and 50 MB of 58 connections, and a few
+    big connections can all land in one task; counting only the start of each file did worse still (28 and 61 MB
+    from its first 32 MB: connections come and go). The count costs a task a twentieth of what decoding the same
+    bytes costs it (the copy from the page cache, for big packets; 40 ns a packet). None for one task."""
+    if shards <= 1:
+        return None
+    if shards > CONNECTION_BUCKETS:
+        raise ValueError(f"at most {CONNECTION_BUCKETS} shares of the connections, not {shards}")
+    counts = array("Q", bytes(8 * CONNECTION_BUCKETS))
+    for path in paths:
+        try:
+            reader = open_capture(path)
+        except CaptureError:
+            continue  # (the reading says why)
+        with reader:
+            for bucket, count in enumerate(reader.bucket_bytes()):
+                counts[bucket] += count
+    owners = array("H", [bucket % shards for bucket in range(CONNECTION_BUCKETS)])
+    loads = [(0, task) for task in range(shards)]
+    for bucket in sorted((bucket for bucket in range(CONNECTION_BUCKETS) if counts[bucket]),
+                         key=lambda bucket: (-counts[bucket], bucket)):
+        load, task = heapq.heappop(loads)
+        owners[bucket] = task
+        heapq.heappush(loads, (load + counts[bucket], task))
+    return owners.tobytes()
+
+
 def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
-    """The segment rows (SEGMENT_SCHEMA's order) of the connections of a run's local files (numbered in the list's
-    order, the run's) whose endpoints hash to `shard` of `shards` (CaptureReader.segment_batches), in the order a
-    shuffled partition has them (key, time, file, index), BATCH_SEGMENTS at a time: held in memory until every file
-    is read, so the job takes this path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports
-    the files."""
+    """The segment rows (SEGMENT_SCHEMA's order) of `shard`'s connections (connection_shares, of `shards`) in a
+    run's local files (numbered in the list's order, the run's), in the order a shuffled partition has them (key,
+    time, file, index), BATCH_SEGMENTS at a time: held in memory until every file is read, so the job takes this
+    path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the files."""
     # Rows are kept by connection, each connection's in the order read, (file, index): that is their (time, file,
     # index) order unless a packet's time goes back, and only then is the connection sorted. Sorting all rows by
     # (key, time, file, index) took a quarter of the reading (470 M of 1,650 M instructions for bench60's half).
@@ -107,13 +141,14 @@ def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterato
     cdef list rows
     cdef tuple row
     cdef long long count = 0
+    owners = connection_shares(paths, shards)
     with collecting_rarely():
         for number, path in enumerate(paths):
             reader = _opened(path, path, report, shard == 0)
             if reader is None:
                 continue
             with reader:
-                for some in _segment_rows(reader, number, shard, shards):
+                for some in _segment_rows(reader, number, shard, owners):
                     for item in <list>some:
                         row = <tuple>item
                         rows = connections.get(row[0])
@@ -166,14 +201,15 @@ def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport
         os.unlink(path)
 
 
-def _segment_rows(reader: CaptureReader, int file_number, int shard, int shards):
-    """The rows (SEGMENT_SCHEMA's order) of the reader's segments of the connections in `shard` (of `shards`), in
-    lists of at most BATCH_SEGMENTS rows or about BATCH_BYTES of payload (a batch each)."""
+def _segment_rows(reader: CaptureReader, int file_number, int shard, owners):
+    """The rows (SEGMENT_SCHEMA's order) of the reader's segments of `shard`'s connections (owners: see
+    connection_shares; None: every connection), in lists of at most BATCH_SEGMENTS rows or about BATCH_BYTES of
+    payload (a batch each)."""
     cdef list rows = []
     cdef dict keys = {}  # each connection's (key, forward), made once for its 4-tuple's packets
     cdef long long size = 0, count = 0
     cdef tuple seg, found
-    for segments in reader.segment_batches(shard, shards):
+    for segments in reader.segment_batches(shard, owners):
         for item in <list>segments:
             count += 1  # (another shard's segment is None: it keeps its index)
             if item is None:
