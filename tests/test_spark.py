@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+from array import array
 from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import urlparse
@@ -25,7 +26,7 @@ import dpkt
 import pytest
 from click.testing import CliRunner
 
-from kafkasniff.capture.files import open_capture
+from kafkasniff.capture.files import CONNECTION_BUCKETS, open_capture
 from kafkasniff.capture.packets import FrameParser
 from kafkasniff.cli import main
 from kafkasniff.pipeline import reading
@@ -575,10 +576,8 @@ def test_a_file_read_by_two_tasks_is_reported_once_and_its_segments_split_betwee
                        for row in batch.to_pylist()]
     whole, first, second = reports
     assert sorted(rows[0] + rows[1], key=lambda row: row["index"]) == rows[None]
-    assert len(rows[0]) == 50 and len(rows[1]) == 64 and not {r["key"] for r in rows[0]} & {r["key"] for r in rows[1]}
-    # (by their bytes, counted in this file: two connections and three, 4,781 and 4,765 bytes of payload)
-    assert sum(len(r["payload"]) for r in rows[0]) == 4781 and sum(len(r["payload"]) for r in rows[1]) == 4765
-    assert whole == {**first, "segments": 114} and first["segments"] == 50 and second == {"segments": 64}
+    assert len(rows[0]) == 76 and len(rows[1]) == 38 and not {r["key"] for r in rows[0]} & {r["key"] for r in rows[1]}
+    assert whole == {**first, "segments": 114} and first["segments"] == 76 and second == {"segments": 38}
     assert whole["warnings"] == [f"cut.pcap: capture ends inside the record at byte {len(data) - 82} (29 of 66 "
                                  "bytes; file truncated?)"]
 
@@ -599,8 +598,10 @@ def test_each_tasks_share_of_the_files_comes_in_the_shuffles_order(tmp_path, mon
                    for batch in read_local(str(path), path.name, number, lambda read: None)
                    for row in zip(*(column.to_pylist() for column in batch.columns)))
     monkeypatch.setattr(reading, "BATCH_SEGMENTS", 100)  # several batches a task
-    shares = [[row for batch in shard_rows([str(path) for path in files], shard, 3, lambda read: None)
-               for row in batch] for shard in range(3)]
+    paths = [str(path) for path in files]
+    owners = reading.connection_shares(paths, 3)
+    shares = [[row for batch in shard_rows(paths, shard, owners, lambda read: None) for row in batch]
+              for shard in range(3)]
     assert all(shares) and sorted(row for share in shares for row in share) == every
     for share in shares:
         assert share == sorted(share, key=lambda row: row[:4])
@@ -616,8 +617,8 @@ def test_each_tasks_share_of_the_files_comes_in_the_shuffles_order(tmp_path, mon
 def test_each_task_gets_about_as_many_bytes_of_connections(shards):
     """reading.connection_shares: the connections' buckets by their captured bytes over all the run's files, the
     biggest first, each to the task with the fewest bytes so far; each task's share (shard_rows) is then that
-    table's, and the tasks' bytes differ by less than the biggest bucket's. Hashing connections straight to tasks
-    left one task with far more (checked: here it would)."""
+    table's, and the tasks' bytes differ by less than the biggest bucket's. Dealing the buckets round (a hash, as
+    without files) leaves the tasks further apart (checked: here it would)."""
     from test_capture_files import _bucket
 
     paths = [str(path) for path in CAPTURES]
@@ -637,8 +638,11 @@ def test_each_task_gets_about_as_many_bytes_of_connections(shards):
     assert max(loads) - min(loads) < max(sizes.values())
     hashed = [sum(size for bucket, size in sizes.items() if bucket % shards == task) for task in range(shards)]
     assert max(hashed) - min(hashed) > max(loads) - min(loads)
+    dealt_round = array("H", [bucket % shards for bucket in range(CONNECTION_BUCKETS)]).tobytes()
+    assert reading.connection_shares((), shards) == dealt_round
     for shard in range(shards):
-        keys = {row[0] for batch in shard_rows(paths, shard, shards, lambda read: None) for row in batch}
+        keys = {row[0] for batch in shard_rows(paths, shard, reading.connection_shares(paths, shards),
+                                               lambda read: None) for row in batch}
         assert keys == {key for key, bucket in with_key.items() if owner[bucket] == shard}
     assert reading.connection_shares(paths, 1) is None
 
@@ -666,7 +670,7 @@ def decoded_in_one_task(path, out) -> list:
     from kafkasniff.pipeline.connections import decode_segment_rows
 
     return [build.RunFact._make(fact) for fact in decode_segment_rows(
-        shard_rows([str(path)], 0, 1, lambda read: None), [str(path)], frozenset(), str(out), "_staging", "00000-0")]
+        shard_rows([str(path)], 0, None, lambda read: None), [str(path)], frozenset(), str(out), "_staging", "00000-0")]
 
 
 def records_staged_ten_at_a_time(tmp_path, monkeypatch):

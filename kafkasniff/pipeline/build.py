@@ -3,7 +3,7 @@
 1. One job reads, shuffles and decodes, with the segments crossing between the JVM and the Python
    workers as Arrow batches (mapInArrow):
    - read: one task per capture file (a big local file: several, each reading it whole and taking its
-     share of the connections, reading.connection_shares); plain paths are streamed by the worker with the
+     share of the connections, their buckets dealt round); plain paths are streamed by the worker with the
      project's reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment becomes a row keyed by its
      connection (see `reading`);
    - shuffle: the rows are hashed by connection key to a partition and sorted there by (key, time,
@@ -23,7 +23,7 @@ table row passes through the JVM.
 
 A run of local uncompressed files of at most UNSHUFFLED_MAX_BYTES in all skips the shuffle: its first job has a task
 per partition that reads every file and decodes its share of the connections (shared out by their bytes, which
-each task counts first: reading.connection_shares), their segments merged and sorted as a shuffled partition's
+the driver counts first: reading.connection_shares), their segments merged and sorted as a shuffled partition's
 (reading.shard_rows), without the read stage (a task per file, or a few for a big local
 one), the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
 
@@ -47,7 +47,7 @@ from kafkasniff.capture.files import CONNECTION_BUCKETS, GZIP_MAGIC
 from kafkasniff.pipeline.analysis import STAGED_NAME
 from kafkasniff.pipeline.connections import RUN_FACTS_DDL, RUN_FACTS_SCHEMA
 from kafkasniff.pipeline.inputs import CaptureFile
-from kafkasniff.pipeline.reading import SEGMENT_DDL, read_local, read_spooled
+from kafkasniff.pipeline.reading import SEGMENT_DDL, connection_shares, read_local, read_spooled
 from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
 
@@ -161,12 +161,13 @@ def _decode_and_write(spark, files: list[CaptureFile], stats, decode, out: str, 
     if unshuffled(files):
         paths = [f.name for f in files]
         parts = min(parts, CONNECTION_BUCKETS)  # (a task per bucket at most: its connections go together)
+        owners = connection_shares(paths, parts)
 
         def read_and_decode(shards):
             from kafkasniff.pipeline.reading import shard_rows
 
             for shard in shards:
-                yield from decode(shard_rows(paths, shard, parts, stats.add))
+                yield from decode(shard_rows(paths, shard, owners, stats.add))
 
         collected = sc.parallelize(range(parts), parts).mapPartitions(read_and_decode).collect()
     else:
@@ -251,7 +252,7 @@ def _compressed(f: CaptureFile) -> bool:
 
 def read_shares(f: CaptureFile, cores: int, big_files: int) -> int:
     """How many read tasks share a local file out among themselves, each reading it whole and sending on its
-    share of the connections (reading.connection_shares): one per READ_TASK_BYTES, as many as the `cores` left to
+    share of the connections (their buckets dealt round): one per READ_TASK_BYTES, as many as the `cores` left to
     each of the run's `big_files` (those of more than READ_TASK_BYTES) allow. A task's JVM side (the Arrow batches,
     the shuffle's writing) cost it four times what reading the file costs the worker, so one big file was a long
     serial stage (a 356 MB capture: 1.4-2.2 s). A compressed file is read by one task (each would inflate it)."""

@@ -68,10 +68,10 @@ def key_endpoints(key: str) -> tuple[tuple[str, int], tuple[str, int]]:
 
 def read_local(path: str, name: str, file_number: int, report: ReadReport, int shard=0,
                int shards=1) -> Iterator[pa.RecordBatch]:
-    """The segments of a local file as Arrow batches; with `shards`, only those of `shard`'s connections
-    (connection_shares: a big file is read by several tasks, each reading it whole: see build.READ_TASK_BYTES).
+    """The segments of a local file as Arrow batches; with `shards`, only those of `shard`'s connections, their
+    buckets dealt round (a big file is read by several tasks, each reading it whole: see build.READ_TASK_BYTES).
     Shard 0 reports the file; every shard its segments."""
-    owners = connection_shares([path], shards)
+    owners = connection_shares((), shards)
     reader = _opened(path, name, report, shard == 0)
     if reader is None:
         return
@@ -97,15 +97,16 @@ cdef object _opened(str path, str name, report, bint tell):
         return None
 
 
-def connection_shares(list paths, int shards):
+def connection_shares(paths, int shards):
     """Which of `shards` tasks each connection bucket goes to (CaptureReader.segment_batches' owners), so that the
     tasks get about as many bytes each: the buckets' bytes are counted over the files (bucket_bytes), then the
     biggest bucket goes first, each to the task with the fewest bytes so far (ties: the lower bucket, the lower
-    task); empty buckets go round. Each task of a run counts the same files and draws the same table. Hashing the
-    connections straight to tasks gave a records-heavy run's two tasks 39 and 50 MB of 58 connections, and a few
-    big connections can all land in one task; counting only the start of each file did worse still (28 and 61 MB
-    from its first 32 MB: connections come and go). The count costs a task a twentieth of what decoding the same
-    bytes costs it (the copy from the page cache, for big packets; 40 ns a packet). None for one task."""
+    task); buckets without bytes (all of them, without paths) go round. Hashing the connections straight to tasks
+    gave a records-heavy run's two tasks 39 and 50 MB of 58 connections, and a few big connections can all land in
+    one task; counting only the start of each file did worse still (28 and 61 MB from its first 32 MB: connections
+    come and go). The count costs a twentieth of what decoding the same bytes costs (the copy from the page cache,
+    for big packets; 40 ns a packet). Drawn once for a run and handed to its tasks: a task drawing its own from a
+    file still being written could disagree with another about a connection. None for one task."""
     if shards <= 1:
         return None
     if shards > CONNECTION_BUCKETS:
@@ -129,11 +130,12 @@ def connection_shares(list paths, int shards):
     return owners.tobytes()
 
 
-def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterator[list[tuple]]:
-    """The segment rows (SEGMENT_SCHEMA's order) of `shard`'s connections (connection_shares, of `shards`) in a
-    run's local files (numbered in the list's order, the run's), in the order a shuffled partition has them (key,
-    time, file, index), BATCH_SEGMENTS at a time: held in memory until every file is read, so the job takes this
-    path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the files."""
+def shard_rows(list paths, int shard, owners, report: ReadReport) -> Iterator[list[tuple]]:
+    """The segment rows (SEGMENT_SCHEMA's order) of `shard`'s connections (owners: the run's connection_shares;
+    None: every connection) in a run's local files (numbered in the list's order, the run's), in the order a
+    shuffled partition has them (key, time, file, index), BATCH_SEGMENTS at a time: held in memory until every file
+    is read, so the job takes this path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports
+    the files."""
     # Rows are kept by connection, each connection's in the order read, (file, index): that is their (time, file,
     # index) order unless a packet's time goes back, and only then is the connection sorted. Sorting all rows by
     # (key, time, file, index) took a quarter of the reading (470 M of 1,650 M instructions for bench60's half).
@@ -141,7 +143,6 @@ def shard_rows(list paths, int shard, int shards, report: ReadReport) -> Iterato
     cdef list rows
     cdef tuple row
     cdef long long count = 0
-    owners = connection_shares(paths, shards)
     with collecting_rarely():
         for number, path in enumerate(paths):
             reader = _opened(path, path, report, shard == 0)
