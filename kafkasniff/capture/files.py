@@ -151,10 +151,12 @@ class CaptureReader:
         segment keeps its index among the file's."""
         return self._records(True, shard, owners)
 
-    def bucket_bytes(self) -> array:
+    def bucket_bytes(self, counts: array | None = None) -> array:
         """The captured bytes of the TCP frames of each of CONNECTION_BUCKETS (connections by their endpoints, as
-        `segment_batches` shares them out), read to the end of the file; no segments are made."""
-        counts = array("Q", bytes(8 * CONNECTION_BUCKETS))
+        `segment_batches` shares them out), read to the end of the file, added to `counts` when given (array('Q'),
+        one per bucket: several files' sums); no segments are made."""
+        if counts is None:
+            counts = array("Q", bytes(8 * CONNECTION_BUCKETS))
         for _ in self._records(True, counts=counts):
             pass
         return counts

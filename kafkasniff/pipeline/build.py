@@ -4,8 +4,8 @@
    workers as Arrow batches (mapInArrow):
    - read: one task per capture file (a big local file: several, each reading it whole and taking its
      share of the connections, their buckets dealt round); plain paths are streamed by the worker with the
-     project's reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment becomes a row keyed by its
-     connection (see `reading`);
+     project's reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment becomes a row
+     keyed by its connection (see `reading`);
    - shuffle: the rows are hashed by connection key to a partition and sorted there by (key, time,
      file, index in the file) by Spark's own (spilling) sort, so a partition is a sequence of
      4-tuples, each one's packets in capture order, and a big connection never has to fit in memory;
@@ -24,8 +24,8 @@ table row passes through the JVM.
 A run of local uncompressed files of at most UNSHUFFLED_MAX_BYTES in all skips the shuffle: its first job has a task
 per partition that reads every file and decodes its share of the connections (shared out by their bytes, which
 the driver counts first: reading.connection_shares), their segments merged and sorted as a shuffled partition's
-(reading.shard_rows), without the read stage (a task per file, or a few for a big local
-one), the shuffle and the Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
+(reading.shard_rows), without the read stage (a task per file, or a few for a big local one), the shuffle and the
+Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
 
 Jobs through which nothing but a few facts and counts pass (that first job, the finishing) are RDD jobs of Python
 functions, not DataFrames: a DataFrame job's planning, code generation and Arrow conversions cost the JVM about

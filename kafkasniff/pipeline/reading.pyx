@@ -118,8 +118,7 @@ def connection_shares(paths, int shards):
         except CaptureError:
             continue  # (the reading says why)
         with reader:
-            for bucket, count in enumerate(reader.bucket_bytes()):
-                counts[bucket] += count
+            reader.bucket_bytes(counts)
     owners = array("H", [bucket % shards for bucket in range(CONNECTION_BUCKETS)])
     loads = [(0, task) for task in range(shards)]
     for bucket in sorted((bucket for bucket in range(CONNECTION_BUCKETS) if counts[bucket]),
