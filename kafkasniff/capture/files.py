@@ -154,7 +154,8 @@ class CaptureReader:
     def bucket_bytes(self, counts: array | None = None) -> array:
         """The captured bytes of the TCP frames of each of CONNECTION_BUCKETS (connections by their endpoints, as
         `segment_batches` shares them out), read to the end of the file, added to `counts` when given (array('Q'),
-        one per bucket: several files' sums); no segments are made."""
+        one per bucket: several files' sums, counted in several threads too, as each chunk's counts are added
+        holding the GIL); no segments are made."""
         if counts is None:
             counts = array("Q", bytes(8 * CONNECTION_BUCKETS))
         for _ in self._records(True, counts=counts):
