@@ -880,6 +880,23 @@ def test_python_workers_talk_to_the_jvm_over_a_unix_socket(spark):
     assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(told).collect() == ["true", "true"]
 
 
+def test_the_sql_side_and_the_rdd_jobs_share_python_workers(spark):
+    """A mapInArrow task and an RDD job's task run in the same Python workers (sparkenv's setting): the job
+    finishing a shuffled run finds the workers its decode tasks started, and the shuffle's tasks those started by
+    build._start_python_workers. Without the setting, each side has workers of its own and no pid is shared."""
+    import pyarrow as pa
+
+    def arrow_pids(batches):
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"pid": [os.getpid()] * batch.num_rows})
+
+    def rdd_pids(_):
+        yield os.getpid()
+
+    on_sql_side = {row.pid for row in spark.range(2, numPartitions=2).mapInArrow(arrow_pids, "pid long").collect()}
+    assert set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(rdd_pids).collect()) & on_sql_side
+
+
 def percentile(values: list[float], p: float) -> float:
     """Linear interpolation between closest ranks (Spark's `percentile`, numpy's default)."""
     ordered = sorted(values)

@@ -45,6 +45,12 @@ _SESSION_CONF = {
     # writes then wait on delayed acknowledgements (measured: a trivial two-task job 110-128 ms
     # over TCP, 65 ms over a Unix socket). Spark before 4.1 ignores the setting.
     "spark.python.unix.domain.socket.enabled": "true",
+    # A Python worker serves the tasks of the functions it was started for: the SQL side's (mapInArrow) get this
+    # setting as one more environment variable, so they had workers of their own, and the RDD job finishing a
+    # shuffled run started two more, importing everything again (measured: ten gzipped 1 MB captures, the first
+    # run of a session, the finishing job 1.2 s; a trivial RDD job after a mapInArrow one 0.91 s, 0.11 s with
+    # the workers shared). Without it, a worker's error shows PySpark's frames too.
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
 }
 
 
