@@ -27,6 +27,9 @@ the driver counts first: reading.connection_shares), their segments merged and s
 (reading.shard_rows), without the read stage (a task per file, or a few for a big local one), the shuffle and the
 Arrow batches on both sides of it, which cost more CPU than the decoding they fed.
 
+A session's first run through the shuffle also starts the Python workers, in a job of its own, while the JVM plans
+the shuffle's (_start_python_workers).
+
 Jobs through which nothing but a few facts and counts pass (that first job, the finishing) are RDD jobs of Python
 functions, not DataFrames: a DataFrame job's planning, code generation and Arrow conversions cost the JVM about
 0.3 s a job, and several seconds the first time in a session (measured on this project's 2-core machine: the first
