@@ -45,11 +45,11 @@ _SESSION_CONF = {
     # writes then wait on delayed acknowledgements (measured: a trivial two-task job 110-128 ms
     # over TCP, 65 ms over a Unix socket). Spark before 4.1 ignores the setting.
     "spark.python.unix.domain.socket.enabled": "true",
-    # A Python worker serves the tasks of the functions it was started for: the SQL side's (mapInArrow) get this
-    # setting as one more environment variable, so they had workers of their own, and the RDD job finishing a
-    # shuffled run started two more, importing everything again (measured: ten gzipped 1 MB captures, the first
-    # run of a session, the finishing job 1.2 s; a trivial RDD job after a mapInArrow one 0.91 s, 0.11 s with
-    # the workers shared). Without it, a worker's error shows PySpark's frames too.
+    # Spark keeps Python workers apart by their environment variables: the SQL side's tasks (mapInArrow) are given
+    # this setting as one more, so they had workers of their own, and the RDD job finishing a shuffled run started
+    # two more, importing everything again (measured: ten gzipped 1 MB captures, the first run of a session, the
+    # finishing job 1.2 s; a trivial RDD job after a mapInArrow one 0.91 s, 0.11 s with the workers shared). With
+    # it off, a worker's error also shows PySpark's own frames.
     "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
 }
 
