@@ -9,6 +9,8 @@ per partition, its traffic and how far its consumers are behind.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from kafkasniff.pipeline.tables import TABLES, Table
 
 # Times as UTC text: PySpark would hand timestamps over in the driver's local time zone.
@@ -95,5 +97,12 @@ def _ddl(table: Table) -> str:
 def report(spark, directory: str, top: int = 20) -> dict[str, list[dict]]:
     register_tables(spark, directory)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    return {name: [row.asDict(recursive=True) for row in spark.sql(query.format(top=top, **_TIME_TEXT)).collect()]
-            for name, query in SECTIONS.items()}
+
+    def section(query: str) -> list[dict]:
+        return [row.asDict(recursive=True) for row in spark.sql(query.format(top=top, **_TIME_TEXT)).collect()]
+
+    # The sections' queries at once, a thread each: a query's planning and code generation, in the driver's JVM,
+    # cost more than its data, and one query's keep one core busy
+    with ThreadPoolExecutor(len(SECTIONS)) as threads:
+        sections = {name: threads.submit(section, query) for name, query in SECTIONS.items()}
+    return {name: rows.result() for name, rows in sections.items()}
