@@ -1111,8 +1111,9 @@ def test_spark_command_prints_what_it_wrote(all_run, decoded):
     assert len(tables["messages"]) == messages
 
 
-def test_without_pyspark_the_commands_say_what_to_install(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "pyspark", None)  # what `import pyspark` does when it is not installed
+@pytest.mark.parametrize("missing", ["pyspark", "pandas"])
+def test_without_pyspark_the_commands_say_what_to_install(monkeypatch, tmp_path, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # what `import` and find_spec see when it is not installed
     for args in (["spark", str(CAPTURES[0]), "--out", str(tmp_path)], ["report", str(tmp_path)]):
         if args[0] == "report":
             for table in TABLES:

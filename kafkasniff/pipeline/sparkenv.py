@@ -67,14 +67,15 @@ class SparkUnavailable(Exception):
 
 def missing_requirement() -> str | None:
     """What to install before Spark can run, in one line; None when all is there."""
-    from importlib import metadata  # 20 ms: here, so that every other command starts without it
+    from importlib import metadata, util  # 20 ms: here, so that every other command starts without it
 
     try:
         pyspark_version = metadata.version("pyspark")
-        import pandas  # noqa: F401  (PySpark's Arrow functions insist on it)
         import pyarrow  # noqa: F401
         import pyspark  # noqa: F401  (an installed but broken package fails here)
     except (ImportError, metadata.PackageNotFoundError):
+        return INSTALL_PYSPARK
+    if util.find_spec("pandas") is None:  # (PySpark's Arrow functions insist on it; found, not imported: 0.3 s)
         return INSTALL_PYSPARK
     needed = 17 if int(pyspark_version.split(".")[0]) >= 4 else 8
     install = f"install a Java {max(needed, 17)} runtime (e.g. apt-get install openjdk-17-jre-headless)"
