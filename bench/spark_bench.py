@@ -152,15 +152,15 @@ def serve(master: str, inputs: dict[str, list[Path]], out: Path) -> None:
     tables and prints the measure, until stdin ends."""
     from kafkasniff.pipeline.build import build_tables
     from kafkasniff.pipeline.inputs import expand_local
-    from kafkasniff.pipeline.sparkenv import start_session
+    from kafkasniff.pipeline.sparkenv import start_context, stop_context
 
     started = time.monotonic()
-    spark, log_dir = start_session(master)
+    context, log_dir = start_context(master)
     start_s = round(time.monotonic() - started, 1)
 
     def measure(label: str) -> dict:
-        memory = PeakMemory(spark.sparkContext._gateway.proc.pid)
-        summary = build_tables(spark, expand_local(list(map(str, inputs[label])))[0], str(out / label))
+        memory = PeakMemory(context._gateway.proc.pid)
+        summary = build_tables(context, expand_local(list(map(str, inputs[label])))[0], str(out / label))
         return {"seconds": summary.seconds, "MB": round(summary.bytes / 1e6, 1), "messages": summary.messages,
                 "records": summary.records, **memory.stop()}
 
@@ -169,7 +169,7 @@ def serve(master: str, inputs: dict[str, list[Path]], out: Path) -> None:
         for line in sys.stdin:
             print(json.dumps(measure(line.strip())), flush=True)
     finally:
-        spark.stop()
+        stop_context(context, log_dir)
 
 
 class Session:

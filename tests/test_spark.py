@@ -41,7 +41,7 @@ pytest.importorskip("pyspark")
 from kafkasniff.pipeline import build  # noqa: E402
 from kafkasniff.pipeline.build import build_tables  # noqa: E402
 from kafkasniff.pipeline.inputs import expand_local  # noqa: E402
-from kafkasniff.pipeline.sparkenv import start_session, stop_session  # noqa: E402
+from kafkasniff.pipeline.sparkenv import sql_session, start_context, stop_context  # noqa: E402
 from kafkasniff.pipeline.tables import (DECODED_TABLES, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES,  # noqa: E402
                                         raw_schema)
 
@@ -65,9 +65,9 @@ def spark(request, monkeypatch_module):
         monkeypatch_module.setenv("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this one
     else:
         master = request.param
-    session, log_dir = start_session(master)
-    yield session
-    stop_session(session, log_dir)
+    context, log_dir = start_context(master)
+    yield sql_session()
+    stop_context(context, log_dir)
 
 
 @pytest.fixture(scope="module")
@@ -405,13 +405,13 @@ def without(rows: list[dict], *columns: str) -> Counter:
 def test_rotated_files_give_the_tables_of_the_whole_capture(spark, tmp_path):
     whole = next(p for p in CAPTURES if p.name == SPLIT_CAPTURE)
     parts, _, _ = split_capture(whole, tmp_path)
-    build_tables(spark, expand_local([str(whole)])[0], str(tmp_path / "whole"))
+    build_tables(spark.sparkContext, expand_local([str(whole)])[0], str(tmp_path / "whole"))
     # the middle file goes through Hadoop (binaryFiles), the others through the local reader
     inputs = expand_local([str(parts[0]), str(parts[2])])[0]
     from kafkasniff.pipeline.inputs import expand_uris
 
-    inputs += expand_uris(spark, [parts[1].as_uri()])
-    summary = build_tables(spark, inputs, str(tmp_path / "split"))
+    inputs += expand_uris(spark.sparkContext, [parts[1].as_uri()])
+    summary = build_tables(spark.sparkContext, inputs, str(tmp_path / "split"))
     assert summary.files == 3 and summary.warnings == []
     whole_tables, split_tables = read_tables(spark, tmp_path / "whole"), read_tables(spark, tmp_path / "split")
 
@@ -529,7 +529,7 @@ def test_one_file_is_shared_out_without_the_shuffle_as_decode_reads_it(spark, tm
         spark.sparkContext.setJobGroup(f"{tmp_path.name} {name}", name)
         if name == "shuffled":  # as a session's first run (this module's session has run others)
             monkeypatch.setattr(build, "_CONTEXTS_RUN", weakref.WeakSet())
-        summary = build_tables(spark, expand_local([str(path)])[0], str(tmp_path / name), partitions=3)
+        summary = build_tables(spark.sparkContext, expand_local([str(path)])[0], str(tmp_path / name), partitions=3)
         assert (summary.files, summary.bytes, summary.segments) == (1, size, len(segments))
         assert summary.messages == len(expected)
         jobs_tasks[name] = [[tracker.getStageInfo(stage).numTasks for stage in sorted(tracker.getJobInfo(job).stageIds)]
@@ -854,7 +854,7 @@ def test_ipv6_connections_give_decodes_messages(spark, tmp_path):
 
     source = next(p for p in CAPTURES if p.name == "consumer_group.pcap")
     ipv6 = write_pcap(tmp_path / "ipv6.pcap", [Packet(ts, as_ipv6(frame)) for ts, frame in read_packets(source)])
-    build_tables(spark, expand_local([str(ipv6)])[0], str(tmp_path / "tables"))
+    build_tables(spark.sparkContext, expand_local([str(ipv6)])[0], str(tmp_path / "tables"))
     rows = read_table(spark, tmp_path / "tables", MESSAGES)
     assert {r["src"].rsplit(":", 1)[0] for r in rows} == {"[fd00::7f00:1]"}
     assert_messages_agree(decode_json(ipv6), rows)
@@ -867,7 +867,7 @@ def test_a_capture_without_packets_gives_empty_tables(spark, tmp_path):
     out = tmp_path / "tables"
     (out / "messages").mkdir(parents=True)
     (out / "messages" / "old.parquet").write_bytes(b"an earlier run's file")
-    summary = build_tables(spark, expand_local([str(empty)])[0], str(out))
+    summary = build_tables(spark.sparkContext, expand_local([str(empty)])[0], str(out))
     assert (summary.files, summary.segments, summary.connections, summary.messages, summary.records) == (1, 0, 0, 0, 0)
     assert sorted(p.name for p in out.iterdir()) == sorted(t.name for t in TABLES), "no staging left"
     assert all([p.name for p in (out / t.name).iterdir()] == ["_SUCCESS"] for t in TABLES)
@@ -904,30 +904,37 @@ def test_the_sql_side_and_the_rdd_jobs_share_python_workers(spark):
     assert set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(rdd_pids).collect()) & on_sql_side
 
 
-_STOPPED_SESSION = """
-import json, sys, time
-from kafkasniff.pipeline.sparkenv import start_session, stop_session
+_A_COMMAND_S_CONTEXT = """
+import json, sys, tempfile, time
+from pyspark.sql import SparkSession
+from kafkasniff.pipeline.build import build_tables
+from kafkasniff.pipeline.inputs import expand_local
+from kafkasniff.pipeline.sparkenv import start_context, stop_context
 
-session, log_dir = start_session("local[2]")
-counted = session.sparkContext.accumulator(0)
-session.sparkContext.parallelize(range(4), 2).foreach(lambda n: counted.add(n))
+context, log_dir = start_context("local[2]")
+summary = build_tables(context, expand_local([sys.argv[1]])[0], tempfile.mkdtemp())
+sql_side = SparkSession._instantiatedSession is not None
 started = time.monotonic()
-stop_session(session, log_dir)
-print(json.dumps({"counted": counted.value, "stop_seconds": time.monotonic() - started, "log": log_dir.exists()}))
+stop_context(context, log_dir)
+print(json.dumps({"messages": summary.messages, "sql_side": sql_side, "stop_seconds": time.monotonic() - started,
+                  "log": log_dir.exists()}))
 """
 
 
-def test_a_session_stops_without_waiting_for_the_accumulator_server_s_poll():
-    """PySpark's stop waits for its accumulator server's thread, which polls the JVM's connection once a second
-    (measured: 1.0 s at the end of every `spark` command); stop_session leaves that thread to end by itself. In a
-    process of its own, as a command runs (the module's session is this process's one)."""
+def test_a_command_s_spark_context_runs_without_the_sql_side_and_stops_at_once(decoded):
+    """In a process of its own, as the `spark` command runs (the module's context is this process's one): an
+    unshuffled run makes no SparkSession (1.5 s of the driver's JVM, sparkenv.sql_session), and the context stops
+    without PySpark's wait for its accumulator server's thread, which polls the JVM's connection once a second
+    (measured: 1.0 s at the end of every command, 0.09 s of it the JVM's)."""
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", _STOPPED_SESSION], capture_output=True, text=True, timeout=300)
+    capture = next(path for path in CAPTURES if path.name == SPLIT_CAPTURE)
+    done = subprocess.run([sys.executable, "-c", _A_COMMAND_S_CONTEXT, str(capture)], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    stopped = json.loads(done.stdout)
-    assert (stopped["counted"], stopped["log"]) == (6, False)
-    assert stopped["stop_seconds"] < 0.5, stopped  # (the JVM's own stop: 0.09 s)
+    ran = json.loads(done.stdout)
+    assert (ran["messages"], ran["sql_side"], ran["log"]) == (len(decoded[str(capture)]), False, False)
+    assert ran["stop_seconds"] < 0.5, ran
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -1148,7 +1155,7 @@ def test_kip848_and_share_groups_on_spark(spark, tmp_path):
     from test_group_epochs import consumer_group_capture, share_group_capture
 
     paths = [consumer_group_capture(tmp_path / "consumer.pcap"), share_group_capture(tmp_path / "share.pcap")]
-    summary = build_tables(spark, expand_local(list(map(str, paths)))[0], str(tmp_path / "tables"))
+    summary = build_tables(spark.sparkContext, expand_local(list(map(str, paths)))[0], str(tmp_path / "tables"))
     groups, partitions = assert_analysed_tables_equal_the_commands(tmp_path / "tables", in_time_order(paths))
     assert (summary.groups, summary.partitions) == (len(groups), len(partitions)) == (24, 3)
     assert {c["group"] for row in partitions for c in row["consumers"]} == {"orders-app"}

@@ -38,16 +38,16 @@ def _conf_pairs(confs) -> dict[str, str]:
 
 @contextmanager
 def _spark(master: str, confs):
-    """A Spark session for the command, or exit 2 saying what is missing."""
+    """A SparkContext for the command, or exit 2 saying what is missing."""
     from kafkasniff.commands.terminal import fail
-    from kafkasniff.pipeline.sparkenv import SparkUnavailable, missing_requirement, spark_session
+    from kafkasniff.pipeline.sparkenv import SparkUnavailable, missing_requirement, spark_context
 
     problem = missing_requirement()
     if problem:
         fail(problem)
     try:
-        with spark_session(master, _conf_pairs(confs)) as spark:
-            yield spark
+        with spark_context(master, _conf_pairs(confs)) as context:
+            yield context
     except SparkUnavailable as error:
         fail(str(error))
 
@@ -82,16 +82,16 @@ def spark_command(inputs, out, ports, partitions, master, confs, tls_keylogs) ->
     if not is_uri(out):
         out = os.path.abspath(out)
     keylog_text = _keylog_text(tls_keylogs, files)
-    with _spark(master, confs) as spark:
+    with _spark(master, confs) as context:
         try:
-            files += expand_uris(spark, [i for i in inputs if is_uri(i)])
+            files += expand_uris(context, [i for i in inputs if is_uri(i)])
         except InputError as error:
             fail(str(error))
         if not files:
             fail("no capture files among the inputs")
         from kafkasniff.pipeline.build import build_tables  # (pyarrow: there when Spark could start)
 
-        summary = build_tables(spark, files, out, ports, partitions, keylog_text)
+        summary = build_tables(context, files, out, ports, partitions, keylog_text)
     warnings += summary.warnings
     for line in warnings[:_WARNINGS_SHOWN]:
         click.echo(f"kafkasniff: warning: {line}", err=True)
@@ -139,14 +139,15 @@ def report_command(directory, as_json, top, master, confs) -> None:
     from kafkasniff.commands.terminal import fail, make_console
     from kafkasniff.pipeline.inputs import is_uri
     from kafkasniff.pipeline.report import report
+    from kafkasniff.pipeline.sparkenv import sql_session
     from kafkasniff.pipeline.tables import TABLES
 
     if not is_uri(directory):
         missing = [t.name for t in TABLES if not os.path.isdir(os.path.join(directory, t.name))]
         if missing:
             fail(f"{directory}: no {', '.join(missing)} table; give the --out folder of `kafkasniff spark`")
-    with _spark(master, confs) as spark:
-        sections = report(spark, directory, top)
+    with _spark(master, confs):
+        sections = report(sql_session(), directory, top)
     if as_json:
         click.echo(json.dumps(sections, indent=1))
         return

@@ -89,9 +89,9 @@ def _check_capture(path: str) -> None:
         raise InputError(str(error)) from None
 
 
-def expand_uris(spark, uris: list[str]) -> list[CaptureFile]:
-    """Files named by URIs (globs allowed), listed through Hadoop's FileSystem on the driver."""
-    sc = spark.sparkContext
+def expand_uris(sc, uris: list[str]) -> list[CaptureFile]:
+    """Files named by URIs (globs allowed), listed through Hadoop's FileSystem on the driver (sc: the
+    SparkContext)."""
     hadoop_conf = sc._jsc.hadoopConfiguration()
     hadoop_path = sc._jvm.org.apache.hadoop.fs.Path
     files: dict[str, CaptureFile] = {}

@@ -1,4 +1,4 @@
-"""Start and stop the Spark session of the `spark` and `report` commands.
+"""Start and stop Spark for the `spark` and `report` commands.
 
 PySpark is an optional extra and Spark needs a Java runtime: `missing_requirement` says in
 one line what to install. Spark's own output (JVM warnings, log4j) goes to a log file, not
@@ -112,26 +112,26 @@ def java_major_version(java: str) -> int | None:
 
 
 @contextmanager
-def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None):
-    """A SparkSession for the pipeline. An already running session is reused (and left running);
-    otherwise one is started here and stopped on exit."""
-    from pyspark.sql import SparkSession
+def spark_context(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None):
+    """A SparkContext for the pipeline. An already running one is reused (and left running); otherwise one is
+    started here and stopped on exit. The SQL side, where a run needs it, is sql_session's."""
+    from pyspark import SparkContext
 
-    active = SparkSession.getActiveSession()
+    active = SparkContext._active_spark_context  # (PySpark's record of it: its public getter starts one)
     if active is not None:
-        active.conf.set("spark.sql.session.timeZone", "UTC")
         yield active
         return
-    session, log_dir = start_session(master, conf)
+    context, log_dir = start_context(master, conf)
     try:
-        yield session
+        yield context
     finally:
-        stop_session(session, log_dir)
+        stop_context(context, log_dir)
 
 
-def start_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None):
-    """Start a SparkSession; returns (session, directory of Spark's log). Raises SparkUnavailable."""
-    from pyspark.sql import SparkSession
+def start_context(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None):
+    """Start a SparkContext with the pipeline's settings (and the SQL side's, for sql_session); returns (context,
+    directory of Spark's log). Raises SparkUnavailable."""
+    from pyspark import SparkConf, SparkContext
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     local = master == "local" or master.startswith("local[")
@@ -140,33 +140,38 @@ def start_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     log_dir = Path(tempfile.mkdtemp(prefix="kafkasniff-spark-"))
     (log_dir / "log4j2.properties").write_text(_LOG4J)
     log_path = log_dir / "spark.log"
-    builder = SparkSession.builder.master(master)
     settings = {**_SESSION_CONF,
                 "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_dir / 'log4j2.properties'} "
                                                  + _DRIVER_JVM_OPTIONS,
                 **(conf or {})}
-    for key, value in settings.items():
-        builder = builder.config(key, value)
     try:
         with _stderr_to(log_path):  # the JVM inherits stderr at start and keeps it
-            session = builder.getOrCreate()
+            context = SparkContext(conf=SparkConf().setMaster(master).setAll(list(settings.items())))
     except Exception as error:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
         shutil.rmtree(log_dir, ignore_errors=True)
         raise SparkUnavailable(f"Spark did not start ({error.__class__.__name__}: {str(error)[:300]})"
                                + "".join(f"\n  {line}" for line in tail)) from None
     # A cluster's executors import kafkasniff as installed there: its C modules cannot load from a zip.
-    return session, log_dir
+    return context, log_dir
 
 
-def stop_session(session, log_dir: Path) -> None:
-    """Stop a session of start_session and remove its log. Without PySpark's wait for the thread of its accumulator
-    server, which reads the JVM's updates polling once a second and sees the stop only at its next poll: the stop
-    took 1.0 s, 0.09 s of it the JVM's. The thread is a daemon, left to end by itself (a command's process does not
-    wait for it); a later session has a server of its own."""
-    context = session.sparkContext
+def sql_session():
+    """The SparkSession of the running context (DataFrames, SQL, Parquet), made when first asked for. Not at the
+    context's start: a run of RDD jobs needs none, and making one costs the driver's JVM 1.5 s the first time (the
+    SQL side's classes; measured: kafkasniff spark on the project's captures 6.8-7.6 s -> 5.6-5.7 s without it)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.getOrCreate()
+
+
+def stop_context(context, log_dir: Path) -> None:
+    """Stop a context of start_context (and its SQL side) and remove its log. Without PySpark's wait for the thread
+    of its accumulator server, which reads the JVM's updates polling once a second and sees the stop only at its
+    next poll: the stop took 1.0 s, 0.09 s of it the JVM's. The thread is a daemon, left to end by itself (a
+    command's process does not wait for it); a later context has a server of its own."""
     server, context._accumulatorServer = getattr(context, "_accumulatorServer", None), None
-    session.stop()
+    context.stop()
     if server is not None:
         threading.Thread(target=server.shutdown, name="accumulator server's shutdown", daemon=True).start()
     shutil.rmtree(log_dir, ignore_errors=True)
