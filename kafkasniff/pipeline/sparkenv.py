@@ -57,8 +57,12 @@ _SESSION_CONF = {
 
 # A command's jobs are short: the JVM's optimising compiler (C2) would spend more CPU compiling than it saves
 # (measured on a 12 KB capture, the first job: 21 s of JVM CPU with it, 9 s without); the serial collector suits
-# a driver with a core or two.
-_DRIVER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# a driver with a core or two. The driver's JVM loads thousands of classes of Spark's own jars (those of the installed
+# PySpark) and the classes Spark SQL generates: verifying their bytecode at every start cost a local context's start
+# 0.4-0.7 s (2.7-3.0 s -> 2.3-2.5 s) and `report` about a second (three runs alternated: 10.9-13.1 s -> 8.8-11.6 s).
+# (The option is a diagnostic one, which a later JVM may drop: then ignored, not fatal.)
+_DRIVER_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+IgnoreUnrecognizedVMOptions "
+                       "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
 
 
 class SparkUnavailable(Exception):
