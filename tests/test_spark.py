@@ -887,6 +887,18 @@ def test_python_workers_talk_to_the_jvm_over_a_unix_socket(spark):
     assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(told).collect() == ["true", "true"]
 
 
+def test_the_unix_socket_is_asked_for_only_where_python_has_one(monkeypatch):
+    """PySpark 4.1+ refuses to start a context told to use Unix sockets where Python's socketserver has none
+    (Windows): there the workers keep loopback TCP."""
+    import socketserver
+
+    from kafkasniff.pipeline.sparkenv import unix_socket_settings
+
+    assert unix_socket_settings() == {"spark.python.unix.domain.socket.enabled": "true"}
+    monkeypatch.delattr(socketserver, "UnixStreamServer")
+    assert unix_socket_settings() == {}
+
+
 def test_the_sql_side_and_the_rdd_jobs_share_python_workers(spark):
     """A mapInArrow task and an RDD job's task run in the same Python workers (sparkenv's setting): the job
     finishing a shuffled run finds the workers its decode tasks started, and the shuffle's tasks those started by

@@ -42,10 +42,6 @@ _SESSION_CONF = {
     # carry segments of up to 64 KB, so a batch could hold hundreds of MB. Cut at 8 MB, as the read tasks cut
     # theirs (reading.BATCH_BYTES): a 356 MB records-heavy capture's decode tasks 1.2-1.6 s -> 0.75-0.9 s each.
     "spark.sql.execution.arrow.maxBytesPerBatch": str(8 << 20),
-    # The JVM and its Python workers talk over loopback TCP unless told otherwise; a task's small
-    # writes then wait on delayed acknowledgements (measured: a trivial two-task job 110-128 ms
-    # over TCP, 65 ms over a Unix socket). Spark before 4.1 ignores the setting.
-    "spark.python.unix.domain.socket.enabled": "true",
     # Spark keeps Python workers apart by their environment variables: the SQL side's tasks (mapInArrow) are given
     # this setting as one more, so they had workers of their own, and the RDD job finishing a shuffled run started
     # two more, importing everything again (measured: ten gzipped 1 MB captures, the first run of a session, the
@@ -144,7 +140,7 @@ def start_context(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     log_dir = Path(tempfile.mkdtemp(prefix="kafkasniff-spark-"))
     (log_dir / "log4j2.properties").write_text(_LOG4J)
     log_path = log_dir / "spark.log"
-    settings = {**_SESSION_CONF,
+    settings = {**_SESSION_CONF, **unix_socket_settings(),
                 "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_dir / 'log4j2.properties'} "
                                                  + _DRIVER_JVM_OPTIONS,
                 **(conf or {})}
@@ -158,6 +154,16 @@ def start_context(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
                                + "".join(f"\n  {line}" for line in tail)) from None
     # A cluster's executors import kafkasniff as installed there: its C modules cannot load from a zip.
     return context, log_dir
+
+
+def unix_socket_settings() -> dict[str, str]:
+    """The JVM and its Python workers talk over loopback TCP unless told otherwise; a task's small writes then wait on
+    delayed acknowledgements (measured: a trivial two-task job 110-128 ms over TCP, 65 ms over a Unix socket). Spark
+    before 4.1 ignores the setting; PySpark 4.1 and later refuse it, and the context does not start, where Python's
+    socketserver has no Unix sockets (Windows)."""
+    import socketserver
+
+    return {"spark.python.unix.domain.socket.enabled": "true"} if hasattr(socketserver, "UnixStreamServer") else {}
 
 
 def sql_session():
