@@ -935,13 +935,18 @@ from kafkasniff.pipeline.build import build_tables
 from kafkasniff.pipeline.inputs import expand_local
 from kafkasniff.pipeline.sparkenv import start_context, stop_context
 
-context, log_dir = start_context("local[2]")
+context, log_dir = start_context("local[2]", {"spark.driver.extraJavaOptions": "-Dkafkasniff.probe=given"})
 summary = build_tables(context, expand_local([sys.argv[1]])[0], tempfile.mkdtemp())
 sql_side = SparkSession._instantiatedSession is not None
+jvm = context._jvm
+diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class)
+options = [jvm.System.getProperty("kafkasniff.probe"), diagnostic.getVMOption("BytecodeVerificationRemote").getValue(),
+           jvm.System.getProperty("log4j.configurationFile") == f"file:{log_dir / 'log4j2.properties'}"]
 started = time.monotonic()
 stop_context(context, log_dir)
 print(json.dumps({"messages": summary.messages, "sql_side": sql_side, "stop_seconds": time.monotonic() - started,
-                  "log": log_dir.exists()}))
+                  "log": log_dir.exists(), "options": options}))
 """
 
 
@@ -949,7 +954,8 @@ def test_a_command_s_spark_context_runs_without_the_sql_side_and_stops_at_once(d
     """In a process of its own, as the `spark` command runs (the module's context is this process's one): an
     unshuffled run makes no SparkSession (1.5 s of the driver's JVM, sparkenv.sql_session), and the context stops
     without PySpark's wait for its accumulator server's thread, which polls the JVM's connection once a second
-    (measured: 1.0 s at the end of every command, 0.09 s of it the JVM's)."""
+    (measured: 1.0 s at the end of every command, 0.09 s of it the JVM's). Driver options given with --conf are added
+    to sparkenv's (its log's file, its JVM options), not put in their place."""
     import subprocess
 
     capture = next(path for path in CAPTURES if path.name == SPLIT_CAPTURE)
@@ -958,6 +964,7 @@ def test_a_command_s_spark_context_runs_without_the_sql_side_and_stops_at_once(d
     assert done.returncode == 0, done.stderr[-2000:]
     ran = json.loads(done.stdout)
     assert (ran["messages"], ran["sql_side"], ran["log"]) == (len(decoded[str(capture)]), False, False)
+    assert ran["options"] == ["given", "false", True]
     assert ran["stop_seconds"] < 0.5, ran
 
 

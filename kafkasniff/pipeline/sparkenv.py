@@ -140,10 +140,12 @@ def start_context(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     log_dir = Path(tempfile.mkdtemp(prefix="kafkasniff-spark-"))
     (log_dir / "log4j2.properties").write_text(_LOG4J)
     log_path = log_dir / "spark.log"
-    settings = {**_SESSION_CONF, **unix_socket_settings(),
-                "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_dir / 'log4j2.properties'} "
-                                                 + _DRIVER_JVM_OPTIONS,
-                **(conf or {})}
+    conf = dict(conf or {})
+    # The caller's driver options (a Kerberos configuration, say) come after the log's and the speed's: added to them,
+    # not in their place (a later -XX option wins)
+    java_options = " ".join(filter(None, (f"-Dlog4j.configurationFile=file:{log_dir / 'log4j2.properties'}",
+                                          _DRIVER_JVM_OPTIONS, conf.pop("spark.driver.extraJavaOptions", ""))))
+    settings = {**_SESSION_CONF, **unix_socket_settings(), "spark.driver.extraJavaOptions": java_options, **conf}
     try:
         with _stderr_to(log_path):  # the JVM inherits stderr at start and keeps it
             context = SparkContext(conf=SparkConf().setMaster(master).setAll(list(settings.items())))
