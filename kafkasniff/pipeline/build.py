@@ -186,8 +186,9 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
             if found:
                 yield pa.RecordBatch.from_struct_array(pa.array(found, pa.struct(RUN_FACTS_SCHEMA)))
 
-        # (the SQL side before the workers' job: made while they started, it slowed both: a first run of ten gzipped
-        # 1 MB captures 5.7-7.7 s against 6.2-6.9 s)
+        # (the SQL side before the workers' job: its making and the JVM's planning are one chain either way, and made
+        # while the workers start it competed with them for the cores: a first run of ten gzipped 1 MB captures
+        # 5.04-5.22 s against 4.85-5.09 s, four runs alternated)
         spark = sql_session()
         starting = _start_python_workers(sc, parts) if first_run else None
         collected = (_segments(spark, files, stats, sc.defaultParallelism)
