@@ -929,7 +929,7 @@ def test_the_driver_s_jvm_takes_sparkenv_s_options(spark):
 
 
 _A_COMMAND_S_CONTEXT = """
-import json, sys, tempfile, time
+import json, pathlib, sys, tempfile, time
 from pyspark.sql import SparkSession
 from kafkasniff.pipeline.build import build_tables
 from kafkasniff.pipeline.inputs import expand_local
@@ -943,10 +943,13 @@ diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
     jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class)
 options = [jvm.System.getProperty("kafkasniff.probe"), diagnostic.getVMOption("BytecodeVerificationRemote").getValue(),
            jvm.System.getProperty("log4j.configurationFile") == f"file:{log_dir / 'log4j2.properties'}"]
+socket_file = pathlib.Path(context._accumulatorServer.server_address)  # (the accumulator server's)
+was_socket = socket_file.is_socket()
 started = time.monotonic()
 stop_context(context, log_dir)
 print(json.dumps({"messages": summary.messages, "sql_side": sql_side, "stop_seconds": time.monotonic() - started,
-                  "log": log_dir.exists(), "options": options}))
+                  "log": log_dir.exists(), "options": options, "socket": [str(socket_file), was_socket]}))
+
 """
 
 
@@ -954,8 +957,9 @@ def test_a_command_s_spark_context_runs_without_the_sql_side_and_stops_at_once(d
     """In a process of its own, as the `spark` command runs (the module's context is this process's one): an
     unshuffled run makes no SparkSession (1.5 s of the driver's JVM, sparkenv.sql_session), and the context stops
     without PySpark's wait for its accumulator server's thread, which polls the JVM's connection once a second
-    (measured: 1.0 s at the end of every command, 0.09 s of it the JVM's). Driver options given with --conf are added
-    to sparkenv's (its log's file, its JVM options), not put in their place."""
+    (measured: 1.0 s at the end of every command, 0.09 s of it the JVM's), and without leaving that server's Unix
+    socket file behind. Driver options given with --conf are added to sparkenv's (its log's file, its JVM options),
+    not put in their place."""
     import subprocess
 
     capture = next(path for path in CAPTURES if path.name == SPLIT_CAPTURE)
@@ -965,6 +969,8 @@ def test_a_command_s_spark_context_runs_without_the_sql_side_and_stops_at_once(d
     ran = json.loads(done.stdout)
     assert (ran["messages"], ran["sql_side"], ran["log"]) == (len(decoded[str(capture)]), False, False)
     assert ran["options"] == ["given", "false", True]
+    socket_file, was_socket = ran["socket"]
+    assert was_socket and not Path(socket_file).exists()  # (the process ended before the server's thread)
     assert ran["stop_seconds"] < 0.5, ran
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -181,10 +182,15 @@ def stop_context(context, log_dir: Path) -> None:
     """Stop a context of start_context (and its SQL side) and remove its log. Without PySpark's wait for the thread
     of its accumulator server, which reads the JVM's updates polling once a second and sees the stop only at its
     next poll: the stop took 1.0 s, 0.09 s of it the JVM's. The thread is a daemon, left to end by itself (a
-    command's process does not wait for it); a later context has a server of its own."""
+    command's process does not wait for it); a later context has a server of its own. Its Unix socket's file (in the
+    JVM's temporary folder) is removed here, before the thread could: a command's process ends first, and each left
+    one behind."""
     server, context._accumulatorServer = getattr(context, "_accumulatorServer", None), None
     context.stop()
     if server is not None:
+        if isinstance(server.server_address, str):  # (a Unix socket's path; over TCP, a host and port)
+            with contextlib.suppress(OSError):
+                os.remove(server.server_address)
         threading.Thread(target=server.shutdown, name="accumulator server's shutdown", daemon=True).start()
     shutil.rmtree(log_dir, ignore_errors=True)
 
