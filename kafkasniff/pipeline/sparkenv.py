@@ -29,7 +29,7 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
-_SESSION_CONF = {
+_SPARK_CONF = {
     "spark.app.name": "kafkasniff",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -146,7 +146,7 @@ def start_context(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     # not in their place (a later -XX option wins)
     java_options = " ".join(filter(None, (f"-Dlog4j.configurationFile=file:{log_dir / 'log4j2.properties'}",
                                           _DRIVER_JVM_OPTIONS, conf.pop("spark.driver.extraJavaOptions", ""))))
-    settings = {**_SESSION_CONF, **unix_socket_settings(), "spark.driver.extraJavaOptions": java_options, **conf}
+    settings = {**_SPARK_CONF, **unix_socket_settings(), "spark.driver.extraJavaOptions": java_options, **conf}
     try:
         with _stderr_to(log_path):  # the JVM inherits stderr at start and keeps it
             context = SparkContext(conf=SparkConf().setMaster(master).setAll(list(settings.items())))
