@@ -115,6 +115,35 @@ def test_messages_show_as_they_arrive_and_a_stop_signal_ends_cleanly(stop):
     assert sum(a["requests"] + a["responses"] for a in stats["apis"]) == len(shown)
 
 
+@pytest.mark.parametrize("name", ["admin", "consumer_group", "transactions"])
+def test_what_came_through_the_pipe_shows_while_it_stays_open(name):
+    """The messages completed by what has gone into the pipe are printed while it stays open, though the last
+    segment written completes none (an ACK, a FIN, a segment of the next message): once at a point inside the
+    capture, once with all of it."""
+    path = CAPTURES_DIR / f"{name}.pcap"
+    messages = [json.loads(line) for line in decode_file("--json", str(path)).splitlines()]
+    messages = [m for m in messages if m["kind"] in ("request", "response")]
+    times = [round(p.ts, 6) for p in pcapkit.read_packets(path)]
+    completing = {times.index(m["ts"]) for m in messages}
+    header, packets = records(path)
+    inside = next(index for index in range(times.index(messages[len(messages) // 2]["ts"]), len(packets))
+                  if index not in completing)
+    for written in (inside, len(packets)):
+        due = [m for m in messages if times.index(m["ts"]) < written]
+        process = kafkasniff("decode", "--json", "-")
+        process.stdin.write(header + b"".join(packets[:written]))
+        process.stdin.flush()
+        shown, pending = [], bytearray()
+        try:
+            while len(shown) < len(due):
+                shown += [m for m in map(json.loads, read_lines(process, pending))
+                          if m["kind"] in ("request", "response")]
+        finally:
+            process.kill()
+            process.communicate()
+        assert shown == due
+
+
 def test_nothing_or_a_terminal_on_standard_input_is_a_clear_error():
     assert piped(b"") == (2, "", "kafkasniff: standard input: input too short to be a capture (0 bytes)\n")
     leader, follower = pty.openpty()

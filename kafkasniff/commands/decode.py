@@ -185,21 +185,29 @@ def decode_stream(reader: CaptureReader, output: Output, analyzer: Analyzer) -> 
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     threading.Thread(target=read, name="kafkasniff-read", daemon=True).start()
     last_ts = arrived = None
+    unflushed = False  # events written since the last flush
     try:
         while not stop.is_set():
             try:
                 segment = segments.get(timeout=STREAM_POLL_S)
             except queue.Empty:
                 if last_ts is not None:
-                    _show(output, analyzer.tick(last_ts + time.monotonic() - arrived))
+                    unflushed |= _show(output, analyzer.tick(last_ts + time.monotonic() - arrived))
+                if unflushed:
+                    output.flush()
+                    unflushed = False
                 continue
             if segment is None:
                 if failure:
                     raise failure[0]
                 break
             last_ts, arrived = segment.ts, time.monotonic()
-            if _show(output, analyzer.feed(segment)) and segments.empty():
+            # (flushed once the pipe has nothing more for now, whether or not its last segment completed a message:
+            # a burst usually ends with an ACK or a FIN)
+            unflushed |= _show(output, analyzer.feed(segment))
+            if unflushed and segments.empty():
                 output.flush()
+                unflushed = False
         _show(output, analyzer.finish())
     finally:
         stop.set()
