@@ -102,6 +102,29 @@ def test_a_gap_inside_a_big_frame_loses_what_came_of_it(lost_after):
     assert out[1] == Skipped(lost_after, 5_000, "bytes missing from the capture", 3.0, False)
 
 
+LOST = "partial frame lost in a gap"
+MISSING = "bytes missing from the capture"
+
+
+def test_after_a_gap_inside_a_frame_whose_size_came_the_next_frame_starts_where_that_one_ends():
+    """A frame's size prefix says where it ends: after a gap inside it, the rest of it is dropped (and reported) and
+    the next frame cut from there, in sync, without a search (which cannot prove a frame it has nothing to check
+    against: a response whose request was lost); a gap past that end leaves the boundary unknown."""
+    first, second = frame(100, 1), frame(8, 2)
+    assert run([first[:30], 50, first[80:], second], fill=False) == [
+        Skipped(0, 30, LOST, 2.0), Skipped(30, 50, MISSING, 2.0, False), Skipped(80, 24, LOST, 3.0),
+        Frame(second[4:], 104, 4.0, 4.0)]
+    assert run([first[:30], 50, first[80:90], 4, first[94:] + second], fill=False) == [
+        Skipped(0, 30, LOST, 2.0), Skipped(30, 50, MISSING, 2.0, False), Skipped(80, 10, LOST, 4.0),
+        Skipped(90, 4, MISSING, 4.0, False), Skipped(94, 10, LOST, 5.0), Frame(second[4:], 104, 5.0, 5.0)]
+    assert run([first[:30], 74, second], fill=False) == [  # the gap ends at the frame's end
+        Skipped(0, 30, LOST, 2.0), Skipped(30, 74, MISSING, 2.0, False), Frame(second[4:], 104, 3.0, 3.0)]
+    assert run([first[:30], 50, first[80:90]], fill=False) == [  # the stream ends inside it
+        Skipped(0, 30, LOST, 2.0), Skipped(30, 50, MISSING, 2.0, False), Skipped(80, 10, LOST, 3.0)]
+    assert run([first[:30], 80, second[6:]], fill=False)[2].reason == "resynchronised after a gap"  # past its end
+    assert run([first[:3], 50, first[53:]], fill=False)[2].reason == "resynchronised after a gap"  # size not whole
+
+
 class Asked(Plausibility):
     """Refuses every frame, noting each candidate it is asked about (its size and first header bytes)."""
 

@@ -48,12 +48,17 @@ cdef class Framer:
     cdef Py_ssize_t filled
     cdef long long filling_offset
     cdef double filling_first_ts
+    # In sync after a gap that ended inside a frame whose size prefix had come: where that frame ends, the next one
+    # starts (-1: no such frame); the bytes until then are dropped, those from lost_from on not yet reported.
+    cdef long long lost_until, lost_from
 
     cpdef list feed(self, bytes data, double ts)
     cpdef list gap(self, long long size, double ts, str reason=*)
     cpdef list close(self)
     cdef bytes _cut_whole(self, bytes data, double ts)
     cdef bytes _fill(self, bytes data, double ts)
+    cdef bytes _drop_lost(self, bytes data, double ts)
+    cdef void _report_lost(self, double ts)
     cdef void _start_filling(self)
     cdef void _stop_filling(self)
     cdef list _take(self)

@@ -102,9 +102,12 @@ cdef class Framer:
         self.waiting_from = 0
         self.arrivals = []
         self.filling = None
+        self.lost_until = self.lost_from = -1
 
     cpdef list feed(self, bytes data, double ts):
         self.last_ts = ts
+        if self.lost_until >= 0:
+            data = self._drop_lost(data, ts)
         if self.filling is not None:
             data = self._fill(data, ts)
         if not self.buf:
@@ -161,6 +164,22 @@ cdef class Framer:
         self.first_ts = self.filling_first_ts
         self.filling = None
 
+    cdef bytes _drop_lost(self, bytes data, double ts):
+        """The bytes of data that belong to the frame lost in a gap are dropped; returns the rest."""
+        cdef Py_ssize_t take = min(self.lost_until - self.buf_offset, len(data))
+        self.buf_offset += take
+        if self.buf_offset < self.lost_until:
+            return b""
+        self._report_lost(ts)
+        return data[take:] if take else data
+
+    cdef void _report_lost(self, double ts):
+        """The bytes dropped since the gap, as one notice; the frame lost in it is done with."""
+        if self.buf_offset > self.lost_from:
+            self.out.append(Skipped(self.lost_from, self.buf_offset - self.lost_from, "partial frame lost in a gap",
+                                    ts))
+        self.lost_until = self.lost_from = -1
+
     cdef bytes _cut_whole(self, bytes data, double ts):
         """Frames that lie whole in data, cut without buffering (most segments hold whole frames);
         returns the rest, for the buffer."""
@@ -180,17 +199,30 @@ cdef class Framer:
         return data[pos:] if pos else data
 
     cpdef list gap(self, long long size, double ts, str reason="bytes missing from the capture"):
-        """Bytes of the stream that were never captured: whatever frame was open is lost."""
+        """Bytes of the stream that were never captured: whatever frame was open is lost. When its size prefix had
+        come and the gap ends inside it, the next frame starts where it ends: the framer stays in sync, and drops
+        its bytes until then; otherwise it resynchronises."""
+        cdef long long frame_end = -1
         self.last_ts = ts
         self._stop_filling()
+        if self.lost_until >= 0:
+            frame_end = self.lost_until
+            self._report_lost(ts)
+        elif self.synced and len(self.buf) >= 4:
+            frame_end = self.buf_offset + 4 + int32_at(self.buf)
         self._lose(len(self.buf), "partial frame lost in a gap" if self.synced else self.skip_reason)
         self.out.append(Skipped(self.buf_offset, size, reason, ts, False))
         self.buf_offset += size
-        self._unsync("resynchronised after a gap")
+        if frame_end > self.buf_offset:
+            self.lost_until, self.lost_from = frame_end, self.buf_offset
+        elif frame_end < self.buf_offset:
+            self._unsync("resynchronised after a gap")
         return self._take()
 
     cpdef list close(self):
         """The direction ended: frames proven by the end, then bytes that never completed a frame."""
+        if self.lost_until >= 0:
+            self._report_lost(self.last_ts)
         self._stop_filling()
         if not self.synced:
             self._cut(self.last_ts, True)
