@@ -355,6 +355,73 @@ def test_lost_request_segment_leaves_later_requests_paired(tmp_path):
     assert (gap["text"], gap["stream_offset"], gap["size"]) == (MISSING, before[i - 2]["size"] + 4, listing["size"] + 4)
 
 
+def write_snapped(path: Path, pks: list[Packet], kept: dict[int, int]) -> Path:
+    """A pcap whose packets at the indexes of `kept` were captured with only that many bytes of their TCP payload (a
+    snap length: their length on the wire stays in the record's header)."""
+    with open(path, "wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        for i, packet in enumerate(pks):
+            captured = len(packet.frame) - payload_len(packet) + kept[i] if i in kept else len(packet.frame)
+            micros = round(packet.ts * 1e6)
+            out.write(struct.pack("<IIII", micros // 1_000_000, micros % 1_000_000, captured, len(packet.frame)))
+            out.write(packet.frame[:captured])
+    return path
+
+
+def alone_in_its_segment(pks: list[Packet], message: dict) -> int | None:
+    """The packet carrying the message's frame and nothing else, if there is one."""
+    find = request_packet if message["kind"] == "request" else response_packet
+    client = message["src"] if message["kind"] == "request" else message["dst"]
+    at = find(pks, port_of(client), message["correlation_id"])
+    return at if payload_len(pks[at]) == message["size"] + 4 else None
+
+
+def pipelined_responses(events: list[dict], pks: list[Packet], more_than: int):
+    """Two responses in a row on a connection whose second's request went before the first response (a client
+    pipelining), the first response and the second request each alone in a segment and of more than `more_than`
+    bytes: (first response, second response, second request, {their segments' indexes: more_than})."""
+    for stream in sorted({e["stream"] for e in events}):
+        responses = [e for e in of_stream(events, stream) if e["kind"] == "response"]
+        for r1, r2 in zip(responses, responses[1:]):
+            q2 = message(events, "request", r2["api_name"], r2["correlation_id"], stream)
+            cut = {alone_in_its_segment(pks, r1): more_than, alone_in_its_segment(pks, q2): more_than}
+            if q2["ts"] < r1["ts"] and None not in cut and min(r1["size"], q2["size"]) + 4 > more_than:
+                return r1, r2, q2, cut
+    pytest.fail("no such responses in the capture")
+
+
+@pytest.mark.parametrize("name", ["confluent_codecs", "consumer_lag", "rebalance_confluent_kafka", "transactions"])
+def test_frames_cut_short_are_skipped_to_their_known_end_and_the_next_response_decodes_in_its_place(tmp_path, name):
+    """A response cut short by the snap length, its size prefix captured: its end is known, and the next frame
+    starts there. So the next response decodes, in its place, even when its own request was cut short as well
+    (inferred). Before, the framer resynchronised after the gap, could not prove that response, whose request it had
+    not seen, and skipped it whole; and a response whose request was lost, older than the latest request, was held
+    to the connection's end for its request, which could not come."""
+    events, pks, kept = original(name), packets(name), 12
+    r1, r2, q2, cut = pipelined_responses(events, pks, kept)
+    stream, client, server = r1["stream"], r1["dst"], r1["src"]
+    got = decode(write_snapped(tmp_path / "snapped.pcap", pks, cut))
+
+    def offset(m: dict) -> int:
+        return sum(e["size"] + 4 for e in of_stream(events, stream) if e["kind"] == m["kind"] and e["ts"] < m["ts"])
+
+    def cut_short(m: dict, direction: str) -> list[dict]:
+        return [notice(stream, client, server, direction, m["ts"], "partial frame lost in a gap", offset(m), kept),
+                notice(stream, client, server, direction, m["ts"], MISSING, offset(m) + kept, m["size"] + 4 - kept)]
+
+    assert other_streams(got, stream) == other_streams(events, stream)
+    expected = []
+    for e in of_stream(events, stream):
+        expected += cut_short(e, "s2c") if e is r1 else cut_short(e, "c2s") if e is q2 else [e]
+    got_stream = of_stream(got, stream)
+    inferred = got_stream[expected.index(r2)]
+    assert got_stream == [inferred if e is r2 else e for e in expected]
+    assert {k: v for k, v in inferred.items() if k not in ("api_name", "api_version", "alternatives", "body")} == \
+        dict({k: v for k, v in r2.items() if k not in ("api_name", "api_version", "body")}, inferred=True,
+             latency_ms=None, client_id=None)
+    assert r2["api_name"] in [inferred["api_name"], *(a["api_name"] for a in inferred.get("alternatives", []))]
+
+
 def response_bytes(pks: list[Packet], client: str, response: dict) -> bytes:
     """A response's frame after its size, from the one segment that carries it."""
     data = tcp_of(pks[response_packet(pks, port_of(client), response["correlation_id"])].frame).data

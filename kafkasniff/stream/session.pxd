@@ -64,6 +64,7 @@ cdef class Session:
     # client's stream is delivered after its response. Kafka clients number requests in
     # increasing order, so a later request proves an older orphan's request is not coming.
     cdef dict orphans
+    cdef object latest_request_id  # the correlation id of the latest request seen (None before one)
     cdef bint sasl_raw
     cdef str sasl_mechanism
     cdef str ignored  # why everything is dropped: "tls" or "not-kafka"; None while decoding

@@ -274,6 +274,7 @@ cdef class Session:
         self.unanswered = {}
         self.requests_sent = frozenset()
         self.orphans = {}
+        self.latest_request_id = None
         self.sasl_raw = False
         self.sasl_mechanism = None
         self.ignored = None
@@ -532,6 +533,8 @@ cdef class Session:
                 msg.header = msg.body = None
             elif msg.api_key == SASL_AUTHENTICATE:
                 msg.sasl_mechanism = self.sasl_mechanism
+        if correlation_id is not None:
+            self.latest_request_id = correlation_id
         if self.orphans and correlation_id is not None:
             self._release_orphans(correlation_id)  # older than this request: theirs is not coming
             self.events.append(event)
@@ -625,8 +628,10 @@ cdef class Session:
                 for older in [c for c in self.unanswered if c < correlation_id]:
                     del self.unanswered[older]
         if request is None and not orphan and correlation_id is not None and \
-                not (self.pending and correlation_id < min(self.pending)):
-            # Its request may still come (from behind a hole): hold it until a later request shows up.
+                (self.latest_request_id is None or correlation_id > self.latest_request_id):
+            # Its request may still come (from behind a hole): hold it until a later request shows up. One older
+            # than the latest request seen is not coming (requests come in order, and a hole before that one was
+            # given up or filled): decoded at once, in its place, not at the connection's end.
             self.orphans[correlation_id] = frame
             if len(self.orphans) > MAX_ORPHANS:
                 self._release_orphans(min(self.orphans) + 1)
