@@ -553,6 +553,21 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     assert result.returncode == 0 and result.stderr == b""
 
 
+@pytest.mark.parametrize("views, given", [(["-V", "--json"], "-V"), (["--hex", "--json"], "--hex"),
+                                          (["-V", "--hex", "--json"], "--hex")])
+def test_a_view_given_with_json_is_a_clear_error(views, given):
+    result = CliRunner().invoke(main, ["decode", *views, CONFLUENT])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2, "", f"kafkasniff: {given} and --json are two views, shown one at a time: pick one of them\n")
+
+
+def test_stats_goes_with_any_view_and_hex_with_v():
+    """--stats adds its summary to a view (README), and --hex implies -V: neither is a conflict."""
+    assert json.loads(decode("--stats", "--json", CONFLUENT)[-1])["kind"] == "stats"
+    assert decode("--stats", "-V", CONFLUENT)[:30] == decode("-V", CONFLUENT)[:30]
+    assert decode("-V", "--hex", CONFLUENT) == decode("--hex", CONFLUENT)
+
+
 def test_unknown_api_name_is_a_clear_error():
     result = CliRunner().invoke(main, ["decode", "--api", "Produse", CONFLUENT])
     assert result.exit_code == 2

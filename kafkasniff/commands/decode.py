@@ -114,6 +114,12 @@ def _check_apis(apis) -> None:
 
 def make_options(tree, hex_, as_json, apis, topics, client_ids, streams, errors_only, stats, show_secrets,
                  full) -> OutputOptions:
+    """The options of a view and its filters; views given together (other than --stats) are a CLI error."""
+    from kafkasniff.commands.terminal import fail
+
+    if as_json and (tree or hex_):
+        # --hex's rows and -V's tree are not in the JSON lines: given with --json, they would be dropped unsaid
+        fail(f"{'--hex' if hex_ else '-V'} and --json are two views, shown one at a time: pick one of them")
     _check_apis(apis)
     return OutputOptions(
         view="json" if as_json else "tree" if tree or hex_ else "line", hex=hex_, show_secrets=show_secrets,

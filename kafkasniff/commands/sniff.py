@@ -72,6 +72,7 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
         fail("--stats counts the messages it shows: leave out -q (with the one-line view it prints its tables only)")
     if top and (view["tree"] or view["hex_"] or view["as_json"]):
         fail("--top shows a dashboard, not messages: leave out -V, --hex and --json")
+    options = make_options(**view)  # its errors before the capture starts
     expression = bpf_filter or port_filter(() if any_port else ports)
     try:
         capture = LiveCapture(interface, expression, buffer_mib << 20)
@@ -95,7 +96,7 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
             fail(f"cannot serve metrics on port {metrics_port}: {error.strerror}; choose another --metrics-port")
     with capture:
         # Clients append to their key logs as they connect: the files are read again while keys are missing.
-        session = LiveSession(capture, make_options(**view), ports, pcap_file, count, live,
+        session = LiveSession(capture, options, ports, pcap_file, count, live,
                               open_keylog(tls_keylogs, follow=True), jobs, quiet)
         deadline = time.monotonic() + duration if duration else None
         if top:
