@@ -288,3 +288,9 @@ def test_readings_that_fit_are_named_by_api_with_their_versions_joined():
     assert readings_text([("OffsetCommit", 8), ("TxnOffsetCommit", 3), ("OffsetCommit", 9), ("AlterReplicaLogDirs", 2),
                           ("Produce", 1), ("Produce", 3), ("Fetch", 0)]) == \
         "OffsetCommit v8-v9, TxnOffsetCommit v3, AlterReplicaLogDirs v2 and 2 more APIs"
+
+
+def test_bytes_too_few_for_a_header_are_headed_as_of_unknown_api_and_version():
+    """Before: `? vNone request`."""
+    result = CliRunner().invoke(main, ["explain", "00 01"])
+    assert result.stdout.splitlines()[0] == "request of unknown API and version · 2 bytes"

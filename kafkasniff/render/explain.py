@@ -36,7 +36,10 @@ def hex_of(data: bytes, r: Row) -> str:
 
 def headline(ident: Identification, data: bytes) -> str:
     m = ident.message
-    parts = [f"{m.api_name or '?'} v{m.api_version} {m.kind}"]
+    if m.api_version is None:  # the bytes end before the header's API key and version
+        parts = [f"{m.kind} of unknown API and version"]
+    else:
+        parts = [f"{m.api_name} v{m.api_version} {m.kind}"]
     if m.header_version is not None:
         parts.append(f"header v{m.header_version}")
     if m.correlation_id is not None:
