@@ -22,6 +22,15 @@ LAZY_COMMANDS = {
 }
 
 
+def api_key_named(option: str, text: str) -> int:
+    """The key of the API that `text` names or numbers (as `kafkasniff apis` lists them, any case); a CLI error naming
+    `option` when Kafka has no such API."""
+    for key, api in apis().items():
+        if text.lower() in (api["name"].lower(), str(key)):
+            return key
+    fail(f"{option}: unknown API {text!r}; `kafkasniff apis` lists the names and keys")
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands in LAZY_COMMANDS are imported only when named or listed."""
 
@@ -69,11 +78,11 @@ def apis_command(as_json: bool) -> None:
 @click.option("-f", "--file", "path", type=click.Path(dir_okay=False), help="Read the hex dump from a file.")
 @click.option("--request", "kind", flag_value="request", help="The bytes are a request.")
 @click.option("--response", "kind", flag_value="response", help="The bytes are a response.")
-@click.option("--api-key", type=int, help="API key of a response (from its request).")
+@click.option("--api-key", "api", metavar="NAME|KEY", help="API of a response, by name or key (from its request).")
 @click.option("--api-version", type=int, help="API version of a response (from its request).")
 @click.option("--full", is_flag=True, help="Show long values whole.")
 @click.option("--json", "as_json", is_flag=True, help="The decoded tree and byte map as JSON.")
-def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -> None:
+def explain_command(hex_text, path, kind, api, api_version, full, as_json) -> None:
     """Annotate every byte of a Kafka request or response given as hex.
 
     HEX may be given as arguments, with --file, or on standard input. Plain hex,
@@ -85,8 +94,15 @@ def explain_command(hex_text, path, kind, api_key, api_version, full, as_json) -
     from kafkasniff.render.explain import print_explanation, write_explanation_json
     from kafkasniff.render.hexinput import parse_hex_blocks, read_dump
 
-    if (api_key is None) != (api_version is None):
-        fail("--api-key and --api-version go together")
+    if (api is None) != (api_version is None):
+        fail("--api-key and --api-version go together: give both, the API and version of the request answered")
+    api_key = None if api is None else api_key_named("--api-key", api)
+    if api_key is not None:
+        side = kind or "response"
+        lowest, highest = version_range(api_key, side)
+        if not lowest <= api_version <= highest:
+            fail(f"--api-version {api_version}: Kafka defines {apis()[api_key]['name']} {side}s v{lowest}-v{highest}; "
+                 "give one of those")
     try:
         if path:
             try:

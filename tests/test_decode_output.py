@@ -570,8 +570,8 @@ def test_stats_goes_with_any_view_and_hex_with_v():
 
 def test_unknown_api_name_is_a_clear_error():
     result = CliRunner().invoke(main, ["decode", "--api", "Produse", CONFLUENT])
-    assert result.exit_code == 2
-    assert "unknown API 'Produse'; `kafkasniff apis` lists the names and keys" in result.output
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2, "", "kafkasniff: --api: unknown API 'Produse'; `kafkasniff apis` lists the names and keys\n")
 
 
 def test_one_line_names_topics_partitions_batches_and_records_of_produce_and_fetch():

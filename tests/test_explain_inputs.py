@@ -125,6 +125,27 @@ def test_a_request_whose_header_says_the_api_asked_for_is_that_request():
         "request", "OffsetCommit", None, None)
 
 
+def test_the_api_asked_for_is_given_by_name_or_key():
+    assert explain("--api-key", "offsetcommit", "--api-version", "0", OFFSET_COMMIT_V0.hex()) == \
+        explain("--api-key", "8", "--api-version", "0", OFFSET_COMMIT_V0.hex())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--api-key", "999", "--api-version", "0"],
+     "--api-key: unknown API '999'; `kafkasniff apis` lists the names and keys"),
+    (["--api-key", "Metadata", "--api-version", "99"],
+     "--api-version 99: Kafka defines Metadata responses v0-v13; give one of those"),
+    (["--request", "--api-key", "3", "--api-version", "-1"],
+     "--api-version -1: Kafka defines Metadata requests v0-v13; give one of those"),
+    (["--api-key", "3"], "--api-key and --api-version go together: give both, the API and version of the request "
+                         "answered"),
+])
+def test_an_api_or_version_kafka_does_not_define_is_a_clear_error(args, message):
+    """Before: API 999 was explained as UnknownApi999, and Metadata v99 as malformed where its bytes ran out."""
+    result = CliRunner().invoke(main, ["explain", *args, "00 00 00 02 00 00"])
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"kafkasniff: {message}\n")
+
+
 def test_a_malformed_item_of_records_is_explained_as_its_offset_and_reason():
     """explain --json of a Produce whose record batch holds a record cut short: the malformed item's value is
     where and why, as decode --json gives it (it was a Python object json could not write: a traceback)."""

@@ -13,7 +13,6 @@ from kafkasniff.capture.files import CaptureError, CaptureReader, open_capture
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.engine.heap import collect_rarely
 from kafkasniff.engine.parallel import decode_parallel, usable_cores
-from kafkasniff.protocol.schema import apis as all_apis
 from kafkasniff.render.output import Output, OutputOptions, stdout_gone
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.keylog import KeyLog, KeyLogError, keylog_paths
@@ -104,14 +103,6 @@ def warn_of(reader: CaptureReader) -> None:
         click.echo(f"kafkasniff: warning: {warning}", err=True)
 
 
-def _check_apis(apis) -> None:
-    known = {a["name"].lower() for a in all_apis().values()} | {str(key) for key in all_apis()}
-    unknown = [a for a in apis if a.lower() not in known]
-    if unknown:
-        raise click.BadParameter(f"unknown API {unknown[0]!r}; `kafkasniff apis` lists the names and keys",
-                                 param_hint="--api")
-
-
 def make_options(tree, hex_, as_json, apis, topics, client_ids, streams, errors_only, stats, show_secrets,
                  full) -> OutputOptions:
     """The options of a view and its filters; views given together (other than --stats) are a CLI error."""
@@ -120,7 +111,10 @@ def make_options(tree, hex_, as_json, apis, topics, client_ids, streams, errors_
     if as_json and (tree or hex_):
         # --hex's rows and -V's tree are not in the JSON lines: given with --json, they would be dropped unsaid
         fail(f"{'--hex' if hex_ else '-V'} and --json are two views, shown one at a time: pick one of them")
-    _check_apis(apis)
+    from kafkasniff.cli import api_key_named
+
+    for api in apis:
+        api_key_named("--api", api)
     return OutputOptions(
         view="json" if as_json else "tree" if tree or hex_ else "line", hex=hex_, show_secrets=show_secrets,
         full_values=full, apis=frozenset(a.lower() for a in apis), topics=frozenset(topics),
