@@ -75,7 +75,7 @@ def apis_command(as_json: bool) -> None:
 
 @main.command("explain")
 @click.argument("hex_text", nargs=-1)
-@click.option("-f", "--file", "path", type=click.Path(dir_okay=False), help="Read the hex dump from a file.")
+@click.option("-f", "--file", "path", metavar="FILE", help="Read the hex dump (or the raw bytes) from a file.")
 @click.option("--request", "kind", flag_value="request", help="The bytes are a request.")
 @click.option("--response", "kind", flag_value="response", help="The bytes are a response.")
 @click.option("--api-key", "api", metavar="NAME|KEY", help="API of a response, by name or key (from its request).")
@@ -88,11 +88,13 @@ def explain_command(hex_text, path, kind, api, api_version, full, as_json) -> No
     HEX may be given as arguments, with --file, or on standard input. Plain hex,
     0x00 style, xxd, hexdump -C, tcpdump -x/-X/-XX and tshark -x dumps are accepted
     (of whole packets too: their link, IP and TCP headers are left out); // and #
-    comments are skipped. The 4-byte size prefix is optional.
+    comments are skipped. A file or standard input that is not text (the message
+    saved as it is) is taken as the bytes. The 4-byte size prefix is optional.
     """
     from kafkasniff.protocol.identify import identify
     from kafkasniff.render.explain import print_explanation, write_explanation_json
-    from kafkasniff.render.hexinput import parse_hex_blocks, read_dump
+    from kafkasniff.render.hexinput import parse_hex_blocks, read_input
+    from kafkasniff.render.output import stdout_gone
 
     if (api is None) != (api_version is None):
         fail("--api-key and --api-version go together: give both, the API and version of the request answered")
@@ -105,33 +107,53 @@ def explain_command(hex_text, path, kind, api, api_version, full, as_json) -> No
                  "give one of those")
     try:
         if path:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    text = read_dump(f)
-            except OSError as e:
-                fail(f"cannot read {path}: {e.strerror}")
+            given = read_input_file(path)
         elif hex_text:
-            text = " ".join(hex_text)
+            given = " ".join(hex_text)
         else:
             if sys.stdin.isatty():
                 click.echo("reading hex from standard input (end with Ctrl-D)…", err=True)
-            text = read_dump(sys.stdin)
-        blocks = parse_hex_blocks(text)
+            given = read_input(sys.stdin.buffer)
+        blocks = None if isinstance(given, bytes) else parse_hex_blocks(given)
     except ValueError as e:
         fail(f"cannot read the hex dump: {e}")
-    if not blocks:
-        fail("no hex bytes found in the input")
-    data, taken = kafka_bytes(blocks)
-    del blocks  # their bytes are in data: not held twice (a dump may hold 16 MiB)
-    if taken:
-        click.echo(taken, err=True)
+    if blocks is None:
+        data = given
+        click.echo(f"took the input's {len(data)} bytes as they are (it is not text)", err=True)
+    elif not blocks:
+        fail("no hex bytes found in the input; give the message as hex (00 01 ...), a hex dump or its raw bytes "
+             "(see kafkasniff explain --help)")
+    else:
+        data, taken = kafka_bytes(blocks)
+        if taken:
+            click.echo(taken, err=True)
+    del given, blocks  # their bytes are in data: not held twice (a dump may hold 16 MiB)
     if not data:
         fail("the packets in the dump carry no TCP payload")
     ident = identify(data, kind, api_key, api_version)
-    if as_json:
-        write_explanation_json(sys.stdout, ident, data)
-    else:
-        print_explanation(make_console(), ident, data, None if full else 64)
+    try:
+        if as_json:
+            write_explanation_json(sys.stdout, ident, data)
+        else:
+            print_explanation(make_console(), ident, data, None if full else 64)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, as decode does
+        stdout_gone()
+
+
+def read_input_file(path: str) -> str | bytes:
+    """The text of the dump, or the bytes, that the file of --file holds; a file that cannot be read is a CLI error."""
+    from kafkasniff.render.hexinput import read_input
+
+    try:
+        with open(path, "rb") as f:
+            return read_input(f)
+    except FileNotFoundError:
+        fail(f"cannot read {path}: no such file; check the path")
+    except IsADirectoryError:
+        fail(f"cannot read {path}: it is a directory; give --file a file")
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror}")
 
 
 def kafka_bytes(blocks: list) -> tuple[bytes, str | None]:

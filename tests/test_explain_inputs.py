@@ -7,6 +7,7 @@ import json
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import crc32c
@@ -315,3 +316,40 @@ def test_bytes_too_few_for_a_header_are_headed_as_of_unknown_api_and_version():
     """Before: `? vNone request`."""
     result = CliRunner().invoke(main, ["explain", "00 01"])
     assert result.stdout.splitlines()[0] == "request of unknown API and version · 2 bytes"
+
+
+# ---------------------------------------------------------------- raw bytes, unreadable input, a reader going away
+
+EXAMPLE_FRAME = Path(__file__).resolve().parents[1] / "examples" / "produce-request.bin"
+
+
+def test_a_file_or_standard_input_that_is_not_text_is_the_frames_bytes():
+    """Before: `line 1: '\\x00\\x00\\x05s\\x00\\x00\\x00' is not hex`."""
+    frame = EXAMPLE_FRAME.read_bytes()
+    note = f"took the input's {len(frame)} bytes as they are (it is not text)\n"
+    assert explain("-f", str(EXAMPLE_FRAME)) == (explain(frame.hex())[0], note)
+    assert explain(text=frame) == (explain(frame.hex())[0], note)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-f", "nope.hex"], "cannot read nope.hex: no such file; check the path"),
+    (["-f", str(CAPTURES_DIR)], f"cannot read {CAPTURES_DIR}: it is a directory; give --file a file"),
+    (["# only a comment"], "no hex bytes found in the input; give the message as hex (00 01 ...), a hex dump or its "
+                           "raw bytes (see kafkasniff explain --help)"),
+])
+def test_input_that_cannot_be_read_is_a_one_line_error_saying_what_to_do(args, message):
+    result = CliRunner().invoke(main, ["explain", *args])
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"kafkasniff: {message}\n")
+
+
+@pytest.mark.parametrize("view", [[], ["--json"]])
+def test_reader_going_away_ends_explain_quietly(view):
+    """`explain ... | head -1` exited with status 1, as decode no longer does."""
+    request = encode_request(3, 1, 7, "client", {"Topics": [{"Name": f"orders-{i}"} for i in range(3000)]})
+    proc = subprocess.Popen([sys.executable, "-m", "kafkasniff", "explain", *view, request.hex()],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert first.startswith(b"{" if view else b"Metadata v1 request")
+    assert proc.stderr.read() == b""

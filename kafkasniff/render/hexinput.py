@@ -12,18 +12,20 @@ Where the offset restarts at 0, a new block begins (a packet of tcpdump or tshar
 data sources (`Frame (74 bytes):`, `Reassembled TCP (1048 bytes):`) name the blocks that follow them, up
 to the blank line that ends the packet.
 
-A dump is one message, pasted or saved: its text may be up to MAX_DUMP_TEXT characters and its bytes, runs of
-repeated lines included, up to MAX_DUMP_BYTES; beyond, it is refused before anything that size is made. Lines
-are read one at a time, and an error quotes at most the start of the text it is about.
+A dump is one message, pasted or saved: its text may be up to MAX_DUMP_TEXT characters (bytes, read from a file)
+and its bytes, runs of repeated lines included, up to MAX_DUMP_BYTES; beyond, it is refused before anything that
+size is made. Lines are read one at a time, and an error quotes at most the start of the text it is about. A file
+that is not text (read_input: it has NUL bytes) is the message's bytes themselves.
 """
 
 import re
-from typing import Iterator, NamedTuple
+from typing import BinaryIO, Iterator, NamedTuple
 
 MiB = 1 << 20
 MAX_DUMP_TEXT = 16 * MiB
 MAX_DUMP_BYTES = 16 * MiB
 EXCERPT = 40  # characters of the text an error quotes
+TOO_MUCH_TEXT = f"more than {MAX_DUMP_TEXT // MiB} MiB of text; a dump holds one message: keep its lines only"
 
 _COMMENT = re.compile(r"//|#")
 _LINE = re.compile("([^\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]*)(?:\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029])?")
@@ -56,8 +58,22 @@ def read_dump(stream) -> str:
     """The text of a dump from a text stream; raise ValueError when it is longer than MAX_DUMP_TEXT."""
     text = stream.read(MAX_DUMP_TEXT + 1)
     if len(text) > MAX_DUMP_TEXT:
-        raise ValueError(f"more than {MAX_DUMP_TEXT // MiB} MiB of text; a dump holds one message: keep its lines only")
+        raise ValueError(TOO_MUCH_TEXT)
     return text
+
+
+def read_input(stream: BinaryIO) -> str | bytes:
+    """What a file or standard input holds: the text of a dump, or its bytes when it has NUL bytes, which text does
+    not and Kafka's integers put in any frame (a message saved as it is); raise ValueError past MAX_DUMP_TEXT bytes of
+    text or MAX_DUMP_BYTES bytes."""
+    raw = stream.read(max(MAX_DUMP_TEXT, MAX_DUMP_BYTES) + 1)
+    if b"\0" in raw:
+        if len(raw) > MAX_DUMP_BYTES:
+            raise ValueError(f"more than {MAX_DUMP_BYTES // MiB} MiB of bytes; a message is at most that: give one")
+        return raw
+    if len(raw) > MAX_DUMP_TEXT:
+        raise ValueError(TOO_MUCH_TEXT)
+    return raw.decode("utf-8", errors="replace")
 
 
 def _lines(text: str) -> Iterator[str]:
@@ -79,7 +95,7 @@ def parse_hex_blocks(text: str) -> list[Block]:
     """The bytes of a hex dump, as the blocks (packets) it holds; raise ValueError naming the line of any
     unreadable text, or when the text or its bytes exceed MAX_DUMP_TEXT or MAX_DUMP_BYTES."""
     if len(text) > MAX_DUMP_TEXT:
-        raise ValueError(f"more than {MAX_DUMP_TEXT // MiB} MiB of text; a dump holds one message: keep its lines only")
+        raise ValueError(TOO_MUCH_TEXT)
     split_line = _line_splitter(text)
     blocks: list[Block] = []
     source = block_source = None  # the name in force, and that of the block being read
