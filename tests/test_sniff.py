@@ -316,6 +316,8 @@ def test_list_interfaces_shows_loopback():
     (("-i", "lo", "--filter", "tcp port"),
      "kafkasniff: invalid capture filter 'tcp port': can't parse filter expression: syntax error"),
     ((), "kafkasniff: give the interface to capture on with -i (see --list-interfaces)"),
+    (("-i", "any"), "kafkasniff: -i any is not supported: capture on one interface (see --list-interfaces), or on "
+                    "all of them with tcpdump -i any -U -w - port 9092 | kafkasniff decode -"),
     (("-i", "lo", "-w", "/nonexistent-dir/x.pcap"),
      "kafkasniff: cannot write /nonexistent-dir/x.pcap: No such file or directory; choose a writable path for -w"),
     (("-i", "lo", "--any-port", "--filter", "tcp"),
@@ -327,6 +329,13 @@ def test_usage_errors_are_one_line_with_exit_status_2(args, message):
     line = done.stderr.rstrip("\n")
     assert "\n" not in line
     assert message.fullmatch(line) if isinstance(message, re.Pattern) else line == message
+
+
+def test_the_buffer_is_at_least_the_2_mib_of_the_rings_smallest_size():
+    """The README's "at least 2": -B 1 made a 2 MiB ring anyway."""
+    done = run_sniff("-i", "lo", "-B", "1")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == "Error: Invalid value for '-B' / '--buffer-size': 1 is not in the range x>=2."
 
 
 def _can_run_as_nobody() -> bool:

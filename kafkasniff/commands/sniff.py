@@ -34,8 +34,9 @@ TOP_REFRESH_S = 1.0
 @click.option("-c", "--count", type=click.IntRange(min=1), help="Stop after this many Kafka messages shown.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this many seconds.")
-@click.option("-B", "--buffer-size", "buffer_mib", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Kernel capture buffer in MiB; raise it if drops are reported.")
+# The ring is at least capture.live.RING_MIN_BLOCKS (4) blocks of 512 KiB (a 256 KiB frame each): 2 MiB.
+@click.option("-B", "--buffer-size", "buffer_mib", type=click.IntRange(min=2), default=32, show_default=True,
+              help="Kernel capture buffer in MiB, at least 2; raise it if drops are reported.")
 @click.option("--top", is_flag=True, help="A live dashboard instead of messages: rates, latency and errors per "
               "API, client id and topic, rebalances, consumer lag; refreshed every second.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
@@ -64,6 +65,9 @@ def sniff_command(interface, list_interfaces, any_port, bpf_filter, pcap_path, c
         return
     if not interface:
         fail("give the interface to capture on with -i (see --list-interfaces)")
+    if interface == "any":  # Linux's pseudo-interface of every interface: its ring would mix their link layers
+        fail("-i any is not supported: capture on one interface (see --list-interfaces), or on all of them with "
+             "tcpdump -i any -U -w - port 9092 | kafkasniff decode -")
     if any_port and bpf_filter:
         fail("--any-port and --filter exclude each other: put the ports in the --filter expression")
     if not (ports or any_port or bpf_filter):
