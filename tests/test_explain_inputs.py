@@ -353,3 +353,9 @@ def test_reader_going_away_ends_explain_quietly(view):
     assert proc.wait(timeout=60) == 0
     assert first.startswith(b"{" if view else b"Metadata v1 request")
     assert proc.stderr.read() == b""
+
+
+def test_help_names_every_dump_format_the_readme_does():
+    help_text = " ".join(CliRunner().invoke(main, ["explain", "--help"]).stdout.split())
+    for dump_format in ("xxd", "hexdump -C", "od -An -tx1", "tcpdump -x/-X/-XX", "tshark -x"):
+        assert dump_format in help_text
