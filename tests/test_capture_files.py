@@ -495,8 +495,10 @@ def test_permission_denied(tmp_path):
     [
         (b"GET / HTTP/1.1\r\n", "file is not a pcap or pcapng capture (starts with 47455420)"),
         (gzip.compress(b"just some text"), "gzip-compressed data is not a pcap or pcapng capture"),
-        (b"", "file too short to be a capture (0 bytes)"),
-        (b"\xd4\xc3\xb2\xa1\x02\x00", "pcap file header cut short; the file is truncated"),
+        (b"", "file too short to be a capture (0 bytes); give a file written by tcpdump, tshark, dumpcap or "
+              "Wireshark"),
+        (b"\xd4\xc3\xb2\xa1\x02\x00", "pcap file header cut short (6 of 24 bytes); the file is truncated: copy or "
+                                     "write it again whole"),
         (b"\x1f\x8b\x08\x00garbage", "damaged gzip data"),
     ],
 )

@@ -471,7 +471,8 @@ def test_unreadable_captures_fail_with_one_clear_line(tmp_path):
     assert decode_failure(tmp_path) == (2, "", f"kafkasniff: {tmp_path}: is a directory; give a capture file "
                                                "inside it\n")
     assert decode_failure(tmp_path / "empty.pcap") == (
-        2, "", f"kafkasniff: {tmp_path}/empty.pcap: file too short to be a capture (0 bytes)\n")
+        2, "", f"kafkasniff: {tmp_path}/empty.pcap: file too short to be a capture (0 bytes); give a file written by "
+               "tcpdump, tshark, dumpcap or Wireshark\n")
     assert decode_failure(tmp_path / "notes.pcap") == (
         2, "", f"kafkasniff: {tmp_path}/notes.pcap: file is not a pcap or pcapng capture (starts with 4b61666b); "
                "give a file written by tcpdump, tshark, dumpcap or Wireshark\n")

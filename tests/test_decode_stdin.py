@@ -145,7 +145,8 @@ def test_what_came_through_the_pipe_shows_while_it_stays_open(name):
 
 
 def test_nothing_or_a_terminal_on_standard_input_is_a_clear_error():
-    assert piped(b"") == (2, "", "kafkasniff: standard input: input too short to be a capture (0 bytes)\n")
+    assert piped(b"") == (2, "", "kafkasniff: standard input: input too short to be a capture (0 bytes); pipe a "
+                                 "capture into it, e.g. tcpdump -U -w - | kafkasniff decode -\n")
     leader, follower = pty.openpty()
     try:
         process = kafkasniff("decode", "-", stdin=follower)

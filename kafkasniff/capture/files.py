@@ -126,12 +126,13 @@ class CaptureReader:
             raise CaptureError(
                 f"{self.name}: damaged gzip data ({error}); recompress or use the uncompressed capture"
             ) from None
+        remedy = ("pipe a capture into it, e.g. tcpdump -U -w - | kafkasniff decode -" if self.path == STDIN
+                  else "give a file written by tcpdump, tshark, dumpcap or Wireshark")
         if len(magic) < 4:
-            raise CaptureError(f"{self.name}: {what} too short to be a capture ({len(magic)} bytes)")
+            raise CaptureError(f"{self.name}: {what} too short to be a capture ({len(magic)} bytes); {remedy}")
         if magic != _PCAPNG_MAGIC and int.from_bytes(magic, "big") not in _PCAP_VARIANTS:
             raise CaptureError(
-                f"{self.name}: {what} is not a pcap or pcapng capture (starts with {magic.hex()}); "
-                "give a file written by tcpdump, tshark, dumpcap or Wireshark"
+                f"{self.name}: {what} is not a pcap or pcapng capture (starts with {magic.hex()}); {remedy}"
             )
         return magic
 
@@ -188,7 +189,8 @@ class CaptureReader:
     def _read_pcap_header(self):
         header = self._stream.read(20)
         if len(header) < 20:
-            raise CaptureError(f"{self.name}: pcap file header cut short; the file is truncated")
+            raise CaptureError(f"{self.name}: pcap file header cut short ({4 + len(header)} of 24 bytes); the file is "
+                               "truncated: copy or write it again whole")
         byte_order, units, record_header_len = _PCAP_VARIANTS[int.from_bytes(self._magic, "big")]
         # after the magic: version (2 + 2), time zone, timestamp accuracy, snaplen, link type (4 each)
         linktype = int.from_bytes(header[16:20], "big" if byte_order == ">" else "little")
