@@ -87,8 +87,8 @@ def explain_command(hex_text, path, kind, api, api_version, full, as_json) -> No
 
     HEX may be given as arguments, with --file, or on standard input. Plain hex,
     0x00 style, xxd, hexdump -C, od -An -tx1, tcpdump -x/-X/-XX and tshark -x dumps are accepted
-    (of whole packets too: their link, IP and TCP headers are left out); // and #
-    comments are skipped. A file or standard input that is not text (the message
+    (of whole packets too: their link, IP and TCP headers are left out), and the byte
+    tables of decode --hex --full; // and # comments are skipped. A file or standard input that is not text (the message
     saved as it is) is taken as the bytes. The 4-byte size prefix is optional.
     """
     from kafkasniff.protocol.identify import identify

@@ -359,3 +359,24 @@ def test_help_names_every_dump_format_the_readme_does():
     help_text = " ".join(CliRunner().invoke(main, ["explain", "--help"]).stdout.split())
     for dump_format in ("xxd", "hexdump -C", "od -An -tx1", "tcpdump -x/-X/-XX", "tshark -x"):
         assert dump_format in help_text
+
+
+def decode_hex(*args: str) -> str:
+    return CliRunner().invoke(main, ["decode", "--hex", "--stream", "0", *args, str(CAPTURE)]).stdout
+
+
+def test_the_byte_table_of_decode_hex_full_is_read_as_the_frames_it_shows():
+    """Before: `line 1: 'offset' is not hex` (or the message's heading line)."""
+    table = decode_hex("--full")
+    frames = [frame for _, frame in connection_frames("consumer_group", 0)]
+    assert [block.data for block in parse_hex_blocks(table)] == frames
+    lines = table.splitlines()
+    headings = [i for i, line in enumerate(lines) if " #0 " in line]
+    assert explain(text="\n".join(lines[:headings[1]]))[0] == explain(frames[0].hex())[0]
+
+
+def test_a_byte_table_without_every_byte_is_a_clear_error():
+    result = CliRunner().invoke(main, ["explain"], input=decode_hex())
+    assert (result.exit_code, result.stderr) == (2, "kafkasniff: cannot read the hex dump: line 7: the row shows only "
+                                                    "the first bytes of its range; make the table with decode --hex "
+                                                    "--full\n")

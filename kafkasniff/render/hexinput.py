@@ -1,7 +1,7 @@
 """Turn a pasted hex dump into bytes, for `kafkasniff explain`.
 
 Accepted: plain hex (any spacing, `0x` prefixes, commas), `xxd`, `hexdump -C`, `tcpdump -x/-X/-XX`,
-`tshark -x` and `od -An -tx1` output; `//` and `#` start comments. The dump format is recognised once for
+`tshark -x` and `od -An -tx1` output, and the byte tables of `decode --hex --full`; `//` and `#` start comments. The dump format is recognised once for
 the whole text from the shape of its offset column, and each line's ASCII column is then cut off by that
 format's layout, so text in the ASCII column is never read as hex, however hex-like it looks.
 
@@ -38,6 +38,10 @@ _HEXDUMP_C = re.compile(r"([0-9a-fA-F]{8,})(?:  ([^|]*)\|.*)?")
 # recognised by a full line (16 bytes), which plain hex does not make.
 _SPACED_OFFSET = re.compile(r"([0-9a-fA-F]{4,})  ((?:[0-9a-fA-F]{2} )*[0-9a-fA-F]{2})(?: {2,}.*)?")
 _SPACED_OFFSET_FULL = re.compile(r"[0-9a-fA-F]{4,}  (?:[0-9a-fA-F]{2} ){15}[0-9a-fA-F]{2} {3}.{1,16}")
+# The byte tables of `decode --hex` and `explain`: a header line, then rows `12-32   00 13 6b 61 …  header.ClientId  ...`
+# (decimal offsets; the bytes cut to 8 unless --full); the heading line of each message is skipped.
+_BYTE_TABLE_HEADER = re.compile(r"offset +bytes +field +type +value")
+_BYTE_TABLE_ROW = re.compile(r"(\d+)(?:-\d+)? {2,}(\S+(?: \S+)*)(?: {2,}.*)?")
 _SOURCE_NAME = re.compile(r"(\S.*) \(\d+ bytes\):")
 _TOKEN = re.compile(r"(?:0[xX])?([0-9a-fA-F]+)")
 
@@ -120,7 +124,10 @@ def parse_hex_blocks(text: str) -> list[Block]:
                 raise ValueError(f"line {number}: '*' (repeated lines) needs offsets around it; dump with -v")
             repeat_pending = True
             continue
-        split = split_line(line)
+        try:
+            split = split_line(line)
+        except ValueError as e:
+            raise ValueError(f"line {number}: {e}") from None
         if split is None:
             continue
         offset, area = split
@@ -158,6 +165,8 @@ def parse_hex_blocks(text: str) -> list[Block]:
 
 
 def _line_splitter(text: str):
+    if any(_BYTE_TABLE_HEADER.fullmatch(line.strip()) for line in _lines(text)):
+        return _split_byte_table_row
     if any(_COLON_OFFSET.fullmatch(line) for line in _lines(text)):
         return _split_colon_offset
     if any((m := _HEXDUMP_C.fullmatch(line)) and m[2] is not None for line in _lines(text)):
@@ -187,6 +196,18 @@ def _split_hexdump_c(line: str) -> _Split:
     if match is None:
         return None
     return int(match[1], 16), match[2] or ""
+
+
+def _split_byte_table_row(line: str) -> _Split:
+    match = _BYTE_TABLE_ROW.fullmatch(line)
+    if match is None:
+        return None
+    shown = match[2]
+    if shown.endswith(" …"):
+        raise ValueError("the row shows only the first bytes of its range; make the table with decode --hex --full")
+    if "•" in shown:
+        raise ValueError("the bytes of a secret are masked (••); make the table with decode --hex --full --show-secrets")
+    return int(match[1]), shown
 
 
 def _hex_bytes(area: str, number: int) -> bytes:
