@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from kafkasniff.commands.terminal import fail, make_console
+from kafkasniff.commands.terminal import api_key_named, fail, make_console
 from kafkasniff.protocol.schema import apis, version_range
 
 # Subcommands in modules of their own, imported when run: `decode` starts without what `spark` needs.
@@ -20,15 +20,6 @@ LAZY_COMMANDS = {
     "spark": ("kafkasniff.commands.spark", "spark_command"),
     "report": ("kafkasniff.commands.spark", "report_command"),
 }
-
-
-def api_key_named(option: str, text: str) -> int:
-    """The key of the API that `text` names or numbers (as `kafkasniff apis` lists them, any case); a CLI error naming
-    `option` when Kafka has no such API."""
-    for key, api in apis().items():
-        if text.lower() in (api["name"].lower(), str(key)):
-            return key
-    fail(f"{option}: unknown API {text!r}; `kafkasniff apis` lists the names and keys")
 
 
 class LazyGroup(click.Group):

@@ -189,8 +189,9 @@ def test_empty_text_is_no_bytes():
 
 
 def test_a_byte_table_row_of_masked_secret_bytes_is_a_clear_error():
-    table = "offset  bytes  field  type  value\n0-1     00 03  size   int16  3\n2-4     •• •• ••  password  bytes  ***\n"
+    table = ("offset  bytes  field  type  value\n0-1     00 03  size   int16  3\n"
+             "2-4     •• •• ••  password  bytes  ***\n")
     with pytest.raises(ValueError) as error:
         parse_hex_dump(table)
-    assert str(error.value) == ("line 3: the bytes of a secret are masked (••); make the table with decode --hex --full "
-                                "--show-secrets")
+    assert str(error.value) == ("line 3: the bytes of a secret are masked (••); make the table with decode --hex "
+                                "--full --show-secrets")

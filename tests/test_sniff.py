@@ -335,7 +335,8 @@ def test_the_buffer_is_at_least_the_2_mib_of_the_rings_smallest_size():
     """The README's "at least 2": -B 1 made a 2 MiB ring anyway."""
     done = run_sniff("-i", "lo", "-B", "1")
     assert done.returncode == 2
-    assert done.stderr.splitlines()[-1] == "Error: Invalid value for '-B' / '--buffer-size': 1 is not in the range x>=2."
+    assert done.stderr.splitlines()[-1] == \
+        "Error: Invalid value for '-B' / '--buffer-size': 1 is not in the range x>=2."
 
 
 def _can_run_as_nobody() -> bool:

@@ -106,13 +106,11 @@ def warn_of(reader: CaptureReader) -> None:
 def make_options(tree, hex_, as_json, apis, topics, client_ids, streams, errors_only, stats, show_secrets,
                  full) -> OutputOptions:
     """The options of a view and its filters; views given together (other than --stats) are a CLI error."""
-    from kafkasniff.commands.terminal import fail
+    from kafkasniff.commands.terminal import api_key_named, fail
 
     if as_json and (tree or hex_):
         # --hex's rows and -V's tree are not in the JSON lines: given with --json, they would be dropped unsaid
         fail(f"{'--hex' if hex_ else '-V'} and --json are two views, shown one at a time: pick one of them")
-    from kafkasniff.cli import api_key_named
-
     for api in apis:
         api_key_named("--api", api)
     return OutputOptions(

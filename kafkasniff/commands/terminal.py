@@ -23,3 +23,13 @@ def fail(message: str) -> None:
     """One clear line on stderr, exit status 2."""
     click.echo(f"kafkasniff: {message}", err=True)
     sys.exit(2)
+
+def api_key_named(option: str, text: str) -> int:
+    """The key of the API that `text` names or numbers (as `kafkasniff apis` lists them, any case); a CLI error naming
+    `option` when Kafka has no such API."""
+    from kafkasniff.protocol.schema import apis
+
+    for key, api in apis().items():
+        if text.lower() in (api["name"].lower(), str(key)):
+            return key
+    fail(f"{option}: unknown API {text!r}; `kafkasniff apis` lists the names and keys")

@@ -1,9 +1,10 @@
 """Turn a pasted hex dump into bytes, for `kafkasniff explain`.
 
 Accepted: plain hex (any spacing, `0x` prefixes, commas), `xxd`, `hexdump -C`, `tcpdump -x/-X/-XX`,
-`tshark -x` and `od -An -tx1` output, and the byte tables of `decode --hex --full`; `//` and `#` start comments. The dump format is recognised once for
-the whole text from the shape of its offset column, and each line's ASCII column is then cut off by that
-format's layout, so text in the ASCII column is never read as hex, however hex-like it looks.
+`tshark -x` and `od -An -tx1` output, and the byte tables of `decode --hex --full`; `//` and `#` start comments.
+The dump format is recognised once for the whole text from the shape of its offset column, and each line's ASCII
+column is then cut off by that format's layout, so text in the ASCII column is never read as hex, however hex-like
+it looks.
 
 In a dump with offsets, lines without an offset (tcpdump's packet summary, a pasted prompt) are skipped,
 and each offset must continue the previous line (or restart at 0, as a new tcpdump packet does), so a
@@ -38,8 +39,9 @@ _HEXDUMP_C = re.compile(r"([0-9a-fA-F]{8,})(?:  ([^|]*)\|.*)?")
 # recognised by a full line (16 bytes), which plain hex does not make.
 _SPACED_OFFSET = re.compile(r"([0-9a-fA-F]{4,})  ((?:[0-9a-fA-F]{2} )*[0-9a-fA-F]{2})(?: {2,}.*)?")
 _SPACED_OFFSET_FULL = re.compile(r"[0-9a-fA-F]{4,}  (?:[0-9a-fA-F]{2} ){15}[0-9a-fA-F]{2} {3}.{1,16}")
-# The byte tables of `decode --hex` and `explain`: a header line, then rows `12-32   00 13 6b 61 …  header.ClientId  ...`
-# (decimal offsets; the bytes cut to 8 unless --full); the heading line of each message is skipped.
+# The byte tables of `decode --hex` and `explain`: a header line, then rows such as
+# `12-32   00 13 6b 61 …  header.ClientId  ...` (decimal offsets; the bytes cut to 8 unless --full); the heading line
+# of each message is skipped.
 _BYTE_TABLE_HEADER = re.compile(r"offset +bytes +field +type +value")
 _BYTE_TABLE_ROW = re.compile(r"(\d+)(?:-\d+)? {2,}(\S+(?: \S+)*)(?: {2,}.*)?")
 _SOURCE_NAME = re.compile(r"(\S.*) \(\d+ bytes\):")
@@ -206,7 +208,8 @@ def _split_byte_table_row(line: str) -> _Split:
     if shown.endswith(" …"):
         raise ValueError("the row shows only the first bytes of its range; make the table with decode --hex --full")
     if "•" in shown:
-        raise ValueError("the bytes of a secret are masked (••); make the table with decode --hex --full --show-secrets")
+        raise ValueError("the bytes of a secret are masked (••); make the table with decode --hex --full "
+                         "--show-secrets")
     return int(match[1]), shown
 
 
