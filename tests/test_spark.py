@@ -15,6 +15,7 @@ import datetime
 import gzip
 import json
 import os
+import math
 import sys
 import weakref
 from array import array
@@ -221,7 +222,7 @@ def micros(ts: float) -> int:
 
 def order(row: dict) -> tuple:
     ts = row["ts"] if isinstance(row["ts"], int) else micros(row["ts"])
-    return ts, row["src"], row["kind"], row["correlation_id"]
+    return ts, row["src"], row["dst"], row["kind"], row["correlation_id"]
 
 
 @pytest.mark.parametrize("capture", [p.name for p in CAPTURES])
@@ -432,20 +433,82 @@ def test_rotated_files_give_the_tables_of_the_whole_capture(spark, tmp_path):
     assert [parts[0].name, parts[1].name] in spanning and any(parts[2].name in n for n in spanning)
 
 
-def port_reuse_capture(directory: Path) -> Path:
+def port_reuse_capture(directory: Path, reused: bool = True) -> Path:
     """kafka-python's 20 short connections, one after another, all from one client port (each a new
-    SYN after the last one's FIN), merged in time with a consumer group's two long connections."""
+    SYN after the last one's FIN; `reused` False: each from its own, as captured), merged in time with a consumer
+    group's two long connections."""
     sys.path.insert(0, str(Path(__file__).parent))
     from pcapkit import Packet, merged, read_packets, rewrite, shifted, tcp_of, write_pcap
 
     captures = Path(__file__).resolve().parents[1] / "captures"
-    reused = []
+    short = []
     for ts, frame in read_packets(captures / "kafka_python_api_versions.pcap"):
         tcp = tcp_of(frame)
         field = "sport" if tcp.dport == 9092 else "dport"
-        reused.append(Packet(ts, rewrite(frame, **{field: 40000})))
+        short.append(Packet(ts, rewrite(frame, **{field: 40000}) if reused else frame))
     group = read_packets(captures / "consumer_group.pcap")
-    return write_pcap(directory / "reuse.pcap", merged(reused, shifted(group, reused[0].ts - group[0].ts)))
+    return write_pcap(directory / "reuse.pcap", merged(short, shifted(group, short[0].ts - group[0].ts)))
+
+
+@pytest.mark.parametrize("through", ["each task reading every file", "the shuffle", "the shuffle, files shared out"])
+def assert_messages_and_connections_equal_decode(tables: dict, whole: Path) -> list[dict]:
+    """The messages table is, row for row, what `decode --json` says of the whole capture (stream numbers included),
+    and the connections table counts its requests and responses; returns the rows in that order."""
+    expected = sorted(decode_json(whole), key=order)
+    rows = sorted(tables["messages"], key=order)
+    assert len(rows) == len(expected) > 100
+    for row, event in zip(rows, expected):
+        for key in ("stream", "kind", "src", "dst", "api_key", "api_name", "api_version", "correlation_id",
+                    "client_id", "size", "topics", "errors", "trailing_bytes"):
+            assert row[key] == event[key], (key, event)
+        assert row["ts"] == micros(event["ts"])
+        if event["kind"] == "response":
+            assert (row["latency_ms"] is None) == (event["latency_ms"] is None)
+            assert bool(row["inferred"]) == bool(event.get("inferred"))
+    streams = defaultdict(lambda: [0, 0])
+    for event in expected:
+        streams[event["stream"]][event["kind"] == "response"] += 1
+    connections = {c["stream"]: c for c in tables["connections"]}
+    assert len(connections) == len(tables["connections"])  # (no two rows numbered alike)
+    assert {s: [connections[s]["requests"], connections[s]["responses"]] for s in streams} == streams
+    return rows
+
+
+@pytest.mark.parametrize("through", ["each task reading every file", "the shuffle"])
+def test_files_are_taken_in_the_order_of_their_first_packets_whatever_their_names(spark, tmp_path, monkeypatch,
+                                                                                  through):
+    """A capture of times in hundredths of a second (many packets share one) cut in three, each time between a SYN
+    and the rest of its connection's start (SYN-ACK, ACK, first request) of the same time, the files named against
+    their order (c, b, a), with a file repeating packets on both sides of the first cut named to come first (0):
+    taken by name, a later file's packets came first at a cut (a connection's start before its SYN made two rows
+    of it, and moved every later stream number). The tables equal what `decode --json` says of the whole capture
+    (stream numbers included)."""
+    if through == "the shuffle":
+        monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 0)
+    linktype, packets, segments = read_segments(port_reuse_capture(tmp_path, reused=False))
+    packets = [(math.floor(ts * 100) / 100, frame) for ts, frame in packets]
+
+    def tied(at: int) -> bool:  # a connection's SYN before `at`, and after it the rest of its start, of one time
+        key = connection_key(segments[at - 1])
+        start = [packets[later][0] for later in range(at, len(packets)) if connection_key(segments[later]) == key][:3]
+        return segments[at - 1].flags & 0x3F == dpkt.tcp.TH_SYN and start == [packets[at - 1][0]] * 3
+
+    cuts = [next(at for at in range(len(packets) * share // 3, len(packets)) if tied(at)) for share in (1, 2)]
+
+    def write(name: str, some) -> Path:
+        with open(tmp_path / name, "wb") as out:
+            writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=linktype)
+            for ts, frame in some:
+                writer.writepkt(frame, ts)
+        return tmp_path / name
+
+    whole = write("whole.pcap", packets)
+    parts = [write("c.pcap", packets[:cuts[0]]), write("b.pcap", packets[cuts[0]:cuts[1]]),
+             write("a.pcap", packets[cuts[1]:]), write("0.pcap", packets[cuts[0] - 40:cuts[0] + 40])]
+    out = tmp_path / "tables"
+    result = CliRunner().invoke(main, ["spark", *map(str, parts), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert_messages_and_connections_equal_decode(read_tables(spark, out), whole)
 
 
 @pytest.mark.parametrize("through", ["each task reading every file", "the shuffle", "the shuffle, files shared out"])
@@ -479,28 +542,15 @@ def test_a_capture_split_overlapping_and_rotated_gives_decodes_answers(spark, tm
     assert result.exit_code == 0, result.output
     tables = read_tables(spark, out)
 
-    expected = sorted(decode_json(whole), key=order)
-    rows = sorted(tables["messages"], key=order)
-    assert len(rows) == len(expected) > 100
-    for row, event in zip(rows, expected):
-        for key in ("stream", "kind", "src", "dst", "api_key", "api_name", "api_version", "correlation_id",
-                    "client_id", "size", "topics", "errors", "trailing_bytes"):
-            assert row[key] == event[key], (key, event)
-        assert row["ts"] == micros(event["ts"])
-        if event["kind"] == "response":
-            assert (row["latency_ms"] is None) == (event["latency_ms"] is None)
-    streams = defaultdict(lambda: [0, 0])
-    for event in expected:
-        streams[event["stream"]][event["kind"] == "response"] += 1
-    connections = {c["stream"]: c for c in tables["connections"]}
-    assert {s: [connections[s]["requests"], connections[s]["responses"]] for s in streams} == streams
+    rows = assert_messages_and_connections_equal_decode(tables, whole)
     on_reused_port = [c for c in tables["connections"] if c["client"] == "127.0.0.1:40000"]
     assert len(on_reused_port) == 20 and {c["end_reason"] for c in on_reused_port} == {"fin"}
     whole_capture = TcpReassembler()  # as `decode` reassembles the whole capture
     for segment in segments:
         whole_capture.feed(segment)
     assert sum(c["packets"] for c in tables["connections"]) == len(packets) - whole_capture.late_segments > 300
-    assert {f for r in rows for f in r["capture_files"]} == set(map(str, parts[:3])), "repeats are not fed"
+    # (the file of repeats starts before the second part: the packets both hold are taken from it, once: the count)
+    assert {f for r in rows for f in r["capture_files"]} == set(map(str, parts))
     printed = next(line for line in result.stdout.splitlines() if line.startswith("│"))
     cells = [c.strip() for c in printed.strip("│").split("│")]
     assert cells[2:6] == [str(len(packets) + 80), str(len(tables["connections"])), str(len(rows)),

@@ -114,12 +114,20 @@ def _no_reads() -> dict:
 
 
 def run_order(files: list[CaptureFile]) -> list[CaptureFile]:
-    """Files in the order their packets are taken when times are equal: by name, numbers compared as
-    numbers, so that rotated files (kafka.pcap9, kafka.pcap10) keep the order they were written in."""
-    def natural(f: CaptureFile):
-        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", f.name)]
+    """Files in the order their packets are taken when times are equal: by their first packet's time, so that
+    rotated files keep the order they were written in whatever their names (tcpdump -z gzip's kafka.pcap.gz
+    before kafka.pcap1.gz, a ring's files), and of overlapping inputs the one that starts first goes first (a
+    packet's copies after it, where the reassembly takes them for retransmissions; the other way round a copy
+    may come before the packets it followed, its connection's SYN among them). At the same time the bigger
+    first (a merged capture before the parts it was merged from), then by name, numbers compared as numbers
+    (kafka.pcap9 before kafka.pcap10). Files whose first packet is not known (URIs, which Spark reads) after the
+    others, by name."""
+    def order(f: CaptureFile):
+        natural = [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", f.name)]
+        known = f.first_ts is not None
+        return not known, f.first_ts if known else 0.0, -f.size if known else 0, natural
 
-    return sorted(files, key=natural)
+    return sorted(files, key=order)
 
 
 def build_tables(sc, files: list[CaptureFile], out: str, port_hints=(), partitions: int | None = None,

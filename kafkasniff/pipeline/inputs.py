@@ -23,6 +23,7 @@ class CaptureFile(NamedTuple):
     name: str  # absolute local path, or the URI as Hadoop writes it
     size: int
     local: bool
+    first_ts: float | None = None  # the time of its first packet: local files (None when it has none)
 
 
 class InputError(Exception):
@@ -46,9 +47,10 @@ def expand_local(args: list[str]) -> tuple[list[CaptureFile], list[str]]:
     files: dict[str, CaptureFile] = {}
     warnings: list[str] = []
 
-    def add(path: str) -> None:
+    def add(path: str) -> None:  # (an InputError when it is not a readable capture)
         full = os.path.abspath(path)
-        files.setdefault(full, CaptureFile(full, os.path.getsize(full), True))
+        if full not in files:
+            files[full] = CaptureFile(full, os.path.getsize(full), True, _first_packet_time(full))
 
     for arg in args:
         if _GLOB_CHARS.search(arg):
@@ -59,18 +61,15 @@ def expand_local(args: list[str]) -> tuple[list[CaptureFile], list[str]]:
         elif os.path.isdir(arg):
             found = _files_under(arg)
         elif os.path.exists(arg):
-            _check_capture(arg)
             add(arg)
             continue
         else:
             raise InputError(f"{arg}: no such file or folder")
         for path in found:
             try:
-                _check_capture(path)
+                add(path)
             except InputError as error:
                 warnings.append(f"skipped {error}")
-                continue
-            add(path)
     return list(files.values()), warnings
 
 
@@ -82,11 +81,14 @@ def _files_under(folder: str) -> list[str]:
     return found
 
 
-def _check_capture(path: str) -> None:
+def _first_packet_time(path: str) -> float | None:
+    """The time of the capture's first packet (None: it has none); an InputError when it is not a readable capture."""
     try:
-        open_capture(path).close()
+        with open_capture(path) as reader:
+            first = next(reader.frames(), None)
     except CaptureError as error:
         raise InputError(str(error)) from None
+    return first[0] if first is not None else None
 
 
 def expand_uris(sc, uris: list[str]) -> list[CaptureFile]:
