@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import math
+import subprocess
 import sys
 import weakref
 from array import array
@@ -41,7 +42,7 @@ pytest.importorskip("pyspark")
 
 from kafkasniff.pipeline import build  # noqa: E402
 from kafkasniff.pipeline.build import build_tables  # noqa: E402
-from kafkasniff.pipeline.inputs import expand_local  # noqa: E402
+from kafkasniff.pipeline.inputs import InputError, expand_local  # noqa: E402
 from kafkasniff.pipeline.sparkenv import sql_session, start_context, stop_context  # noqa: E402
 from kafkasniff.pipeline.tables import (DECODED_TABLES, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES,  # noqa: E402
                                         raw_schema)
@@ -1233,6 +1234,56 @@ def test_bad_inputs_fail_before_spark_starts(tmp_path):
     assert (result.exit_code, result.stderr) == (
         2, f"kafkasniff: {tmp_path}: no messages, records, connections, groups, partitions table; give the --out "
            "folder of `kafkasniff spark`\n")
+    result = CliRunner().invoke(main, ["report", str(missing)])
+    assert (result.exit_code, result.stderr) == (
+        2, f"kafkasniff: {missing}: no such folder; give the --out folder of `kafkasniff spark`\n")
+    # an --out the tasks could not write in: a file (the capture itself, say), a folder that cannot be made
+    capture = str(CAPTURES[0])
+    result = CliRunner().invoke(main, ["spark", capture, "--out", capture])
+    assert (result.exit_code, result.stderr) == (
+        2, f"kafkasniff: --out {capture}: a file, not a folder; give a folder for the tables (made if it does not "
+           "exist)\n")
+    result = CliRunner().invoke(main, ["spark", capture, "--out", "/proc/kafka-tables"])
+    assert (result.exit_code, result.stderr) == (
+        2, "kafkasniff: --out /proc/kafka-tables: cannot make the folder (No such file or directory); give a folder "
+           "you can write in\n")
+
+
+def test_files_in_folders_that_are_not_captures_are_one_warning(tmp_path):
+    """A folder of captures with notes, JSON and a capture being written beside them: the captures taken, the
+    files that are something else named in one warning (the project's own captures/ folder gave seventeen lines),
+    a damaged or empty capture in a warning of its own."""
+    for name in ("README.md", "a.json", "b.json", "c.json"):
+        (tmp_path / name).write_text('{"what": "notes"}\n')
+    (tmp_path / "empty.pcap").write_bytes(b"")
+    (tmp_path / "kafka.pcap").write_bytes(CAPTURES[0].read_bytes())
+    files, warnings = expand_local([str(tmp_path)])
+    assert [f.name for f in files] == [str(tmp_path / "kafka.pcap")]
+    assert warnings == [
+        "skipped 4 files that are not a pcap or pcapng capture: README.md, a.json, b.json, ...",
+        f"skipped {tmp_path / 'empty.pcap'}: file too short to be a capture (0 bytes); give a file written by "
+        "tcpdump, tshark, dumpcap or Wireshark"]
+    with pytest.raises(InputError, match=r"a\.json: file is not a pcap or pcapng capture"):  # named: an error
+        expand_local([str(tmp_path / "a.json"), str(tmp_path / "kafka.pcap")])
+
+
+def test_a_master_spark_cannot_use_is_one_line_saying_why():
+    result = subprocess.run([sys.executable, "-m", "kafkasniff", "spark", str(CAPTURES[0]), "--out", "unused",
+                             "--master", "bogus"], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("kafkasniff: Spark did not start: org.apache.spark.SparkException: Master must either be "
+                             "yarn or start with spark, k8s, or local; check --master and --conf\n")
+
+
+def test_workers_import_kafkasniff_as_installed_not_from_the_folder_the_command_runs_in(tmp_path):
+    """A source tree in the command's folder (a checkout, unbuilt or of another version) is not what the Python
+    workers import: they ran in that folder and imported it first."""
+    (tmp_path / "kafkasniff").mkdir()
+    (tmp_path / "kafkasniff" / "__init__.py").write_text("raise ImportError('the folder\'s kafkasniff')\n")
+    result = subprocess.run([sys.executable, "-P", "-m", "kafkasniff", "spark", str(CAPTURES[0]), "--out", "tables",
+                             "--master", "local[1]"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr[-2000:]
+    assert (tmp_path / "tables" / "messages" / "_SUCCESS").exists()
 
 
 

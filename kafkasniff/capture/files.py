@@ -62,6 +62,10 @@ class CaptureError(Exception):
     """The capture cannot be read at all; the message says what is wrong and what to do."""
 
 
+class NotACapture(CaptureError):
+    """The file is something else (its first bytes are no capture's), not a damaged capture."""
+
+
 class CaptureReader:
     """An open capture file. Iterate `segments()` (or `frames()`) once, then close.
 
@@ -131,7 +135,7 @@ class CaptureReader:
         if len(magic) < 4:
             raise CaptureError(f"{self.name}: {what} too short to be a capture ({len(magic)} bytes); {remedy}")
         if magic != _PCAPNG_MAGIC and int.from_bytes(magic, "big") not in _PCAP_VARIANTS:
-            raise CaptureError(
+            raise NotACapture(
                 f"{self.name}: {what} is not a pcap or pcapng capture (starts with {magic.hex()}); {remedy}"
             )
         return magic

@@ -55,7 +55,8 @@ def _spark(master: str, confs):
 @click.command("spark")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("--out", "out", required=True,
-              help="Folder (or hdfs://, s3a://, gs:// URI) for the Parquet tables; replaced.")
+              help="Folder (or hdfs://, s3a://, gs:// URI) for the Parquet tables (made if need be); the tables' "
+                   "folders in it are replaced.")
 @click.option("--port", "ports", type=int, multiple=True,
               help="Kafka broker port hint (Kafka is also found on any port by content).")
 @click.option("--partitions", type=click.IntRange(1),
@@ -81,6 +82,7 @@ def spark_command(inputs, out, ports, partitions, master, confs, tls_keylogs) ->
         fail(str(error))
     if not is_uri(out):
         out = os.path.abspath(out)
+        _check_out(out)
     keylog_text = _keylog_text(tls_keylogs, files)
     with _spark(master, confs) as context:
         try:
@@ -107,6 +109,21 @@ def spark_command(inputs, out, ports, partitions, master, confs, tls_keylogs) ->
                   str(summary.messages), str(summary.records), f"{summary.seconds:.1f}",
                   f"{mb / summary.seconds:.2f}" if summary.seconds else "-")
     make_console().print(table)
+
+
+def _check_out(out: str) -> None:
+    """A local --out is a folder the tasks can write in, made if need be: said before Spark starts (the tasks' own
+    error came from deep in a job, a hundred lines of it)."""
+    from kafkasniff.commands.terminal import fail
+
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"--out {out}: a file, not a folder; give a folder for the tables (made if it does not exist)")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as error:
+        fail(f"--out {out}: cannot make the folder ({error.strerror}); give a folder you can write in")
+    if not os.access(out, os.W_OK | os.X_OK):
+        fail(f"--out {out}: cannot write in it; give a folder you can write in")
 
 
 def _keylog_text(tls_keylogs: tuple[str, ...], files) -> bytes:
@@ -143,6 +160,8 @@ def report_command(directory, as_json, top, master, confs) -> None:
     from kafkasniff.pipeline.tables import TABLES
 
     if not is_uri(directory):
+        if not os.path.isdir(directory):
+            fail(f"{directory}: no such folder; give the --out folder of `kafkasniff spark`")
         missing = [t.name for t in TABLES if not os.path.isdir(os.path.join(directory, t.name))]
         if missing:
             fail(f"{directory}: no {', '.join(missing)} table; give the --out folder of `kafkasniff spark`")

@@ -13,8 +13,9 @@ import os
 import re
 from typing import NamedTuple
 
-from kafkasniff.capture.files import CaptureError, open_capture
+from kafkasniff.capture.files import CaptureError, NotACapture, open_capture
 
+_OTHERS_NAMED = 3  # files that are not captures named in their warning
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 _GLOB_CHARS = re.compile(r"[*?[]")
 
@@ -30,6 +31,10 @@ class InputError(Exception):
     """An INPUT names nothing readable; the message says which and why."""
 
 
+class NotACaptureFile(InputError):
+    """A file that is something else: found in a folder or by a glob, counted in one warning with the others."""
+
+
 def is_uri(arg: str) -> bool:
     return bool(_URI.match(arg))
 
@@ -41,11 +46,13 @@ def _hidden(name: str) -> bool:
 def expand_local(args: list[str]) -> tuple[list[CaptureFile], list[str]]:
     """Local capture files named by `args`, and warnings about files skipped in folders and globs.
 
-    A file named outright that is not a readable capture is an InputError; one found in a
-    folder or by a glob is skipped with a warning.
+    A file named outright that is not a readable capture is an InputError; one found in a folder or by a glob is
+    skipped with a warning: a damaged capture each, files that are not captures at all (a README beside the
+    captures) in one warning.
     """
     files: dict[str, CaptureFile] = {}
     warnings: list[str] = []
+    others: list[str] = []  # files found that are not captures
 
     def add(path: str) -> None:  # (an InputError when it is not a readable capture)
         full = os.path.abspath(path)
@@ -68,8 +75,15 @@ def expand_local(args: list[str]) -> tuple[list[CaptureFile], list[str]]:
         for path in found:
             try:
                 add(path)
+            except NotACaptureFile:
+                others.append(path)
             except InputError as error:
                 warnings.append(f"skipped {error}")
+    if others:
+        named = ", ".join(os.path.basename(path) for path in others[:_OTHERS_NAMED])
+        more = ", ..." if len(others) > _OTHERS_NAMED else ""
+        some = f"{len(others)} files that are" if len(others) > 1 else "1 file that is"
+        warnings.insert(0, f"skipped {some} not a pcap or pcapng capture: {named}{more}")
     return list(files.values()), warnings
 
 
@@ -86,6 +100,8 @@ def _first_packet_time(path: str) -> float | None:
     try:
         with open_capture(path) as reader:
             first = next(reader.frames(), None)
+    except NotACapture as error:
+        raise NotACaptureFile(str(error)) from None
     except CaptureError as error:
         raise InputError(str(error)) from None
     return first[0] if first is not None else None

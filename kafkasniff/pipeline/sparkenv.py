@@ -49,6 +49,9 @@ _SPARK_CONF = {
     # finishing job 1.2 s; a trivial RDD job after a mapInArrow one 0.91 s, 0.11 s with the workers shared). With
     # it off, a worker's error also shows PySpark's own frames.
     "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+    # The Python workers import kafkasniff as installed, not from the folder they run in (the driver's: a source
+    # tree there, unbuilt or another version, was imported instead, and the tasks failed). Python 3.11's safe path.
+    "spark.executorEnv.PYTHONSAFEPATH": "1",
 }
 
 
@@ -151,12 +154,20 @@ def start_context(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
         with _stderr_to(log_path):  # the JVM inherits stderr at start and keeps it
             context = SparkContext(conf=SparkConf().setMaster(master).setAll(list(settings.items())))
     except Exception as error:
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+        lines = log_path.read_text(errors="replace").strip().splitlines()
         shutil.rmtree(log_dir, ignore_errors=True)
+        causes = [found[1] for line in lines if (found := _JAVA_EXCEPTION.search(line))]
+        if causes:  # (PySpark's own error only says the JVM exited; the innermost cause says why)
+            raise SparkUnavailable(f"Spark did not start: {causes[-1][:300]}; check --master and --conf") from None
         raise SparkUnavailable(f"Spark did not start ({error.__class__.__name__}: {str(error)[:300]})"
-                               + "".join(f"\n  {line}" for line in tail)) from None
+                               + "".join(f"\n  {line}" for line in lines[-5:])) from None
     # A cluster's executors import kafkasniff as installed there: its C modules cannot load from a zip.
     return context, log_dir
+
+
+# A Java exception's line in Spark's log (`Exception in thread "main" org.apache.spark.SparkException: ...`, `Caused by:
+# java.net.BindException: ...`): its class and message
+_JAVA_EXCEPTION = re.compile(r"(?:^|\s)((?:[a-z][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error): .+)")
 
 
 def unix_socket_settings() -> dict[str, str]:
