@@ -98,6 +98,12 @@ def notice(stream: int, client: str, server: str, direction: str, ts: float, tex
             "size": size}
 
 
+def unanswered(ts: float, stream: int, client: str, server: str, text: str) -> dict:
+    """The notice of the requests a connection leaves without a response."""
+    return {"kind": "notice", "ts": round(ts, 6), "notice": "unanswered", "text": text, "stream": stream,
+            "src": client, "dst": server}
+
+
 def text_json(data: bytes | None) -> dict | None:
     """How --json shows bytes that are UTF-8 text."""
     return None if data is None else {"base64": base64.b64encode(data).decode(), "text": data.decode()}
@@ -144,6 +150,17 @@ def _segment_starting(pks, client_port, from_client, correlation_id) -> int:
                 struct.unpack_from(">i", data, at)[0] == correlation_id:
             return i
     raise LookupError(correlation_id)
+
+
+def closed_at(pks: list[Packet], client_port: int) -> float:
+    """Capture time of the segment that closes a connection: the second side's FIN."""
+    closed = set()
+    for i in indexes(pks, client_port):
+        if tcp_of(pks[i].frame).flags & dpkt.tcp.TH_FIN:
+            closed.add(pcapkit.from_client(pks[i], BROKER))
+            if len(closed) == 2:
+                return pks[i].ts
+    raise LookupError(client_port)
 
 
 def carrying(pks: list[Packet], start: int, size: int) -> list[int]:
@@ -278,8 +295,13 @@ def test_lost_segment_inside_a_one_megabyte_fetch_response(tmp_path):
     resync = got_stream[len(before[:before.index(fetch)]) + 3]
     assert showed <= resync["ts"] < given_up
     lost_notices[2]["ts"] = resync["ts"]
-    # The next Fetch response waited behind the hole; it is delivered, and pairs, when it is given up.
-    assert got_stream == before[:before.index(fetch)] + after_lost[:1] + lost_notices + after_lost[1:]
+    # The next Fetch response waited behind the hole; it is delivered, and pairs, when it is given up. The lost
+    # response's request is left without one, said when the connection ends (its reset, given up waiting for
+    # the hole at the capture's end).
+    lost_request = f"Fetch v16 corr={fetch['correlation_id']}"
+    assert got_stream == before[:before.index(fetch)] + after_lost[:1] + lost_notices + after_lost[1:] + [
+        unanswered(pks[-1].ts, stream, client, fetch["src"],
+                   f"1 request without a response when the connection ended: {lost_request}")]
     assert after_lost[1]["latency_ms"] == pytest.approx(102.432)
 
 
@@ -304,11 +326,16 @@ def test_bytes_captured_after_the_reset_that_ends_their_connection_are_decoded(t
     beyond = Packet(pks[reset].ts + 10.5, pcapkit.rewrite(pks[last_data].frame, seq=last.seq + len(last.data),
                                                          data=b"\x00" * 10))
     got = decode(write_pcap(tmp_path / "late.pcap", reordered + [beyond]))
-    assert got[:-1] == events
-    assert got[-1] == {"kind": "notice", "ts": round(beyond.ts, 6), "notice": "late",
-                       "text": "bytes beyond the end of the stream, captured after it ended: not decoded",
-                       "stream": stream, "src": client, "dst": fetch["src"], "direction": "s2c",
-                       "stream_offset": end_offset, "size": 10}
+    # The last event is another connection's, reset with a request unanswered, given up at the capture's end (it
+    # waited for what its reset showed missing): now after the late segment, at that segment's time.
+    left_unanswered = events[-1]
+    assert (left_unanswered["notice"], left_unanswered["stream"]) == ("unanswered", 8)
+    assert got[:-2] == events[:-1]
+    assert got[-2:] == [{"kind": "notice", "ts": round(beyond.ts, 6), "notice": "late",
+                         "text": "bytes beyond the end of the stream, captured after it ended: not decoded",
+                         "stream": stream, "src": client, "dst": fetch["src"], "direction": "s2c",
+                         "stream_offset": end_offset, "size": 10},
+                        dict(left_unanswered, ts=round(beyond.ts, 6))]
 
 
 def test_response_whose_request_was_not_captured_is_inferred(tmp_path):
@@ -413,6 +440,11 @@ def test_frames_cut_short_are_skipped_to_their_known_end_and_the_next_response_d
     expected = []
     for e in of_stream(events, stream):
         expected += cut_short(e, "s2c") if e is r1 else cut_short(e, "c2s") if e is q2 else [e]
+    # The request of the response cut short is left without one, said when its connection closes.
+    q1 = message(events, "request", r1["api_name"], r1["correlation_id"], stream)
+    expected.append(unanswered(closed_at(pks, port_of(client)), stream, client, server,
+                               f"1 request without a response when the connection ended: "
+                               f"{q1['api_name']} v{q1['api_version']} corr={q1['correlation_id']}"))
     got_stream = of_stream(got, stream)
     inferred = got_stream[expected.index(r2)]
     assert got_stream == [inferred if e is r2 else e for e in expected]
@@ -547,6 +579,50 @@ def test_out_of_order_neighbours_change_nothing(tmp_path):
     assert decode(write_pcap(tmp_path / "reordered.pcap", pks)) == original("confluent_codecs")
 
 
+def test_a_request_waiting_when_its_connection_ends_is_named(tmp_path):
+    """kafka-python's admin client sends DeleteTopics, and the connection closes without its response (lost here;
+    Tansu was seen closing a connection so after two DeleteRecords requests): each side's FIN, the server's where
+    the response would have started. One notice, at the time of the FIN that ends the connection, names the
+    request; before, nothing was said of it."""
+    events = original("admin")
+    delete = next(e for e in events if e["kind"] == "request" and e["api_name"] == "DeleteTopics")
+    stream, client, server = delete["stream"], delete["src"], delete["dst"]
+    response = message(events, "response", "DeleteTopics", delete["correlation_id"], stream)
+    pks = packets("admin")
+    lost = response_packet(pks, port_of(client), delete["correlation_id"])
+    closing = indexes(pks, port_of(client))[-3:]  # the client's FIN, the server's, the client's last ACK
+    assert closing == [lost + 1, lost + 2, lost + 3]
+    size = payload_len(pks[lost])
+    closed = []
+    for i in closing:  # the server's sequence numbers, and the client's acknowledgements of them, lose the response
+        tcp = tcp_of(pks[i].frame)
+        moved = {"ack": (tcp.ack - size) % 2**32} if pcapkit.from_client(pks[i], BROKER) else \
+            {"seq": (tcp.seq - size) % 2**32}
+        closed.append(Packet(pks[i].ts, pcapkit.rewrite(pks[i].frame, **moved)))
+    path = write_pcap(tmp_path / "closed.pcap", pks[:lost] + closed + pks[lost + 4:])
+    got = decode(path)
+
+    text = "1 request without a response when the connection ended: DeleteTopics v6 corr=12"
+    assert other_streams(got, stream) == other_streams(events, stream)
+    assert of_stream(got, stream) == [e for e in of_stream(events, stream) if e is not response] + [
+        unanswered(pks[lost + 2].ts, stream, client, server, text)]
+    assert [line for line in run(path).splitlines() if " ! " in line] == [
+        f"08:13:58.096436 #{stream} {client} ↔ {server} ! {text}"]
+
+
+def test_a_request_in_flight_when_the_capture_ends_is_named(tmp_path):
+    """The capture stops right after kafka-python's DeleteTopics request: the capture ended while the request
+    waited (as a consumer's long-polling Fetch often is at a capture's end), not its connection."""
+    events = original("admin")
+    delete = next(e for e in events if e["kind"] == "request" and e["api_name"] == "DeleteTopics")
+    pks = packets("admin")
+    sent = request_packet(pks, port_of(delete["src"]), delete["correlation_id"])
+    got = decode(write_pcap(tmp_path / "stopped.pcap", pks[:sent + 1]))
+    assert got == [e for e in events if e["ts"] <= delete["ts"]] + [unanswered(
+        pks[sent].ts, delete["stream"], delete["src"], delete["dst"],
+        "1 request without a response when the capture ended: DeleteTopics v6 corr=12")]
+
+
 # ---------------------------------------------------------------- big messages
 
 
@@ -659,10 +735,12 @@ def test_kafka_on_port_19092_without_a_hint():
     capture = load_capture("port_19092")
     events = original("port_19092")
     assert events == decode(capture.pcap, "--port", "19092")
-    assert [e for e in events if e["kind"] not in ("request", "response")] == []
+    (notice,) = [e for e in events if e["kind"] not in ("request", "response")]
+    assert (notice["notice"], notice["text"]) == (
+        "unanswered", "1 request without a response when the connection ended: Metadata v12 corr=10")
     responses = [e for e in events if e["kind"] == "response"]
     assert all(not e["inferred"] and e["latency_ms"] is not None for e in responses)
-    assert len(responses) == 29 and len(events) - len(responses) == 30  # one Metadata request left unanswered
+    assert len(responses) == 29 and len(events) - len(responses) == 30 + 1  # one Metadata request left unanswered
 
     acked = []
     for produce in (e for e in events if e["kind"] == "request" and e["api_name"] == "Produce"):
@@ -813,7 +891,7 @@ def test_http_connection_is_reported_as_not_kafka(tmp_path):
     pks = http.close()
     assert len([p for p in pks if payload_len(p)]) == 1 + 14
     got = decode(write_pcap(tmp_path / "http.pcap", merged_with("consumer_group", pks)))
-    reported = [e for e in got if e["kind"] == "notice"]
+    reported = [e for e in got if "127.0.0.1:48000" in (e["src"], e["dst"])]  # the HTTP connection's events
     assert by_connection([e for e in got if e not in reported]) == by_connection(original("consumer_group"))
     closed = pks[-2].ts  # the second FIN ends the connection
     text = "not Kafka: no Kafka request or response found; not decoded"
@@ -855,7 +933,7 @@ def test_tls_connection_is_reported_once_and_its_bytes_at_the_end(tmp_path, opti
         pks = pks[4:]
         assert payload_len(pks[0]) == len(alert)
     got = decode(write_pcap(tmp_path / "tls.pcap", merged_with("consumer_group", pks)), *options)
-    reported = [e for e in got if e["kind"] == "notice"]
+    reported = [e for e in got if "127.0.0.1:48001" in (e["src"], e["dst"])]  # the TLS connection's events
     stream = reported[0]["stream"]
     connection = {"stream": stream, "src": "127.0.0.1:48001", "dst": f"127.0.0.1:{broker}"}
     sizes = [("c2s", len(hello) + len(data)), ("s2c", len(alert))] if handshake else [("c2s", len(data)),
@@ -869,7 +947,7 @@ def test_tls_connection_is_reported_once_and_its_bytes_at_the_end(tmp_path, opti
          "text": why, **connection}
     ] + [{"kind": "notice", "ts": pks[-2].ts, "notice": "tls", "text": "TLS: encrypted bytes, not decoded",
           **connection, "direction": direction, "stream_offset": 0, "size": size} for direction, size in sizes]
-    assert by_connection([e for e in got if e["kind"] != "notice"]) == by_connection(original("consumer_group"))
+    assert by_connection([e for e in got if e not in reported]) == by_connection(original("consumer_group"))
 
 
 def test_stats_account_for_every_byte_captured(tmp_path):

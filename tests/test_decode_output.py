@@ -29,7 +29,7 @@ from kafkasniff.render.oneline import message_line, message_row, topics_row
 from kafkasniff.render.output import Output
 from kafkasniff.render.tree import TreeView
 from kafkasniff.stream.session import MessageEvent, SaslTokenEvent, Session
-from kafkasniff.stream.tcp import Endpoint
+from kafkasniff.stream.tcp import END_FIN, Endpoint
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 AIOKAFKA = str(CAPTURES / "aiokafka_codecs.pcap")
@@ -62,6 +62,10 @@ def counts(lines: list[dict]) -> dict:
 # aiokafka_codecs.pcap (`-Y kafka -T fields -e kafka.api_key`) are these.
 def test_json_api_filters_match_tshark_counts():
     everything = decode_json(AIOKAFKA)
+    # Each consumer's long-polling Fetch was in flight when the capture ended: said last, one notice each.
+    everything, notices = everything[:-5], everything[-5:]
+    assert [(d["notice"], d["text"]) for d in notices] == [
+        ("unanswered", "1 request without a response when the capture ended: Fetch v11 corr=6")] * 5
     assert len(everything) == 115
     assert counts(everything) == {
         ("ApiVersions", "request"): 20, ("ApiVersions", "response"): 20, ("Metadata", "request"): 20,
@@ -104,8 +108,8 @@ def test_client_id_stream_and_errors_only_filters():
                                 ("Produce", "request"): 1, ("Produce", "response"): 1}
     assert {d["client_id"] for d in producer} == {"aiokafka-producer-1"}
     stream = decode_json("--stream", "8", CONFLUENT)
-    assert len(stream) == 21 and {d["stream"] for d in stream} == {8}
-    assert len(decode_json("--stream", "8", "--stream", "0", CONFLUENT)) == 25
+    assert len(stream) == 21 + 1 and {d["stream"] for d in stream} == {8}  # and its Metadata request unanswered
+    assert len(decode_json("--stream", "8", "--stream", "0", CONFLUENT)) == 25 + 1
     (error,) = decode_json("--errors-only", CONSUMER_GROUP)
     assert (error["api_name"], error["kind"], error["errors"]) == ("JoinGroup", "response", ["MEMBER_ID_REQUIRED"])
     assert error["body"]["error_code"] == 79
@@ -117,7 +121,7 @@ def test_client_id_stream_and_errors_only_filters():
 
 def test_one_line_view():
     lines = decode(CONFLUENT)
-    assert len(lines) == 205
+    assert len(lines) == 205 + 1  # and the notice of a Metadata request left unanswered when its connection ended
     assert lines[0] == ("08:13:43.753695 #0 127.0.0.1:50638 → 127.0.0.1:9092 ApiVersions v3 request corr=1 "
                         "client='rdkafka' 64B")
     assert lines[1] == "08:13:43.753856 #0 127.0.0.1:50638 ← 127.0.0.1:9092 ApiVersions v3 response corr=1 283B 0.161ms"
@@ -264,13 +268,13 @@ CLIENT, SERVER = Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 9092)
 
 
 def conversation(*frames: tuple[bool, bytes]) -> list:
-    """Events of one connection: (from the client?, bytes) in order, then the end of the connection."""
+    """Events of one connection: (from the client?, bytes) in order, then the end of the connection (a FIN)."""
     session = Session(0, (CLIENT, SERVER), client_side=0, from_start=(True, True))
     out, ts = [], 1_700_000_000.0
     for from_client, data in frames:
         ts += 0.001
         out += session.data(0 if from_client else 1, data, ts)
-    return out + session.end(ts)
+    return out + session.end(ts, END_FIN)
 
 
 def framed(payload: bytes) -> bytes:
@@ -299,7 +303,9 @@ def test_malformed_and_trailing_bytes_in_every_view():
     assert line[0].endswith("Metadata v1 request corr=7 client='t' 21B "
                             "MALFORMED at byte 19: string length 6 exceeds the 4 bytes left")
     assert line[1].endswith("Metadata v1 request corr=7 client='t' 26B +3 trailing bytes")
-    malformed, trailing = map(json.loads, render(events, "--json").splitlines())
+    malformed, trailing, unanswered = map(json.loads, render(events, "--json").splitlines())
+    assert unanswered["text"] == \
+        "1 request without a response when the connection ended: Metadata v1 corr=7"
     assert malformed["malformed"] == {"offset": 19, "reason": "string length 6 exceeds the 4 bytes left"}
     assert (trailing["malformed"], trailing["trailing_bytes"]) == (None, 3)
     tree = render(events, "-V").splitlines()
@@ -334,8 +340,10 @@ def test_legacy_messages_invalid_crcs_and_malformed_records():
     crc = crc32c.crc32c(bytes(damaged[21:]))
     assert f"record batch (magic 2): codec none, 1 records, base offset 0, CRC INVALID (computed 0x{crc:08x})" in text
     assert f"MALFORMED at byte {bad_record_at}: record length 63 does not fit the 14 bytes left" in text
-    old, new = (json.loads(line)["body"]["topic_data"][0]["partition_data"] for line in
-                render(events, "--json").splitlines())
+    *produced, unanswered = render(events, "--json").splitlines()
+    old, new = (json.loads(line)["body"]["topic_data"][0]["partition_data"] for line in produced)
+    assert json.loads(unanswered)["text"] == \
+        "2 requests without a response when the connection ended: Produce v2 corr=5, Produce v9 corr=6"
     (message,) = old[0]["records"]
     assert (message["magic"], message["codec"], message["offset"], message["crc_valid"]) == (1, "gzip", 1, True)
     assert [(r["offset"], r["key"], r["value"]["text"]) for r in message["records"]] == [
@@ -357,6 +365,29 @@ def test_notices_in_every_view():
         "size": 10}
 
 
+def test_a_request_waiting_when_its_connection_ends_is_named_in_every_view_and_one_expecting_no_response_is_not():
+    """A Metadata request, then a Produce with acks=0, then the connection's FIN: the Metadata request is left
+    without a response, said at the end's time; the Produce waits for none."""
+    fire_and_forget = encode_request(0, 9, 8, "t", {"TransactionalId": None, "Acks": 0, "TimeoutMs": 1000,
+                                                    "TopicData": []})
+    events = conversation((True, framed(METADATA_V1)), (True, fire_and_forget))
+    metadata, produce, notice = events
+    assert (metadata.expects_response, produce.expects_response) == (True, False)
+    text = "1 request without a response when the connection ended: Metadata v1 corr=7"
+    line = f"22:13:20.002000 #0 10.0.0.1:40000 ↔ 10.0.0.2:9092 ! {text}\n"
+    assert render(events).endswith(f"(no response expected) 21B\n{line}")
+    assert render(events, "-V").endswith(f"TopicData: 0 items  []TopicProduceData\n{line}")
+    assert render(events, "--hex").endswith(f"tag count / tag header\n{line}")
+    assert json.loads(render(events, "--json").splitlines()[-1]) == {
+        "kind": "notice", "ts": 1700000000.002, "notice": "unanswered", "text": text, "stream": 0,
+        "src": "10.0.0.1:40000", "dst": "10.0.0.2:9092"}
+    stats = json.loads(render(events, "--stats", "--json").splitlines()[-1])
+    assert (stats["notices"], stats["bytes"]["captured"], stats["bytes"]["messages"]) == ({"unanswered": 1}, 52, 52)
+    assert render(events, "--stats").endswith(
+        "\n1 unanswered notices\nbytes captured: 52 = 52 in messages + 0 in SASL tokens + 0 skipped + 0 TLS + "
+        "0 not Kafka; 0 missing from the capture\n")
+
+
 PASSWORD = b"s3cret-pw"
 PROOF = b"dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
 NONCE = b"rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
@@ -375,9 +406,10 @@ def sasl_conversations() -> list:
         (False, encode_response(36, 2, 2, {"ErrorCode": 0, "AuthBytes":
                                            b"r=" + NONCE + b",s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"})),
         (True, encode_request(36, 2, 3, "c", {"AuthBytes": b"c=biws,r=" + NONCE + b",p=" + PROOF})))
+    # Each ends with a request no response answered: a notice says so.
     assert [type(ev).__name__ for ev in plain_raw] == ["MessageEvent", "MessageEvent", "SaslTokenEvent",
-                                                       "MessageEvent"]
-    assert [type(ev).__name__ for ev in scram] == ["MessageEvent"] * 5
+                                                       "MessageEvent", "NoticeEvent"]
+    assert [type(ev).__name__ for ev in scram] == ["MessageEvent"] * 5 + ["NoticeEvent"]
     return plain_raw + scram
 
 

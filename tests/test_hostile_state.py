@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from measured import decode_measured
-from pcapkit import TcpConversation, write_pcap
+from pcapkit import TcpConversation, merged, write_pcap
 from kafkasniff.stream.session import MAX_PENDING
 
 REQUESTS = 300_000
@@ -26,10 +26,15 @@ def header_only_requests(correlation_ids, api_key: int = 18, version: int = 0) -
     return b"".join(struct.pack(">ihhih", 10, api_key, version, c, -1) for c in correlation_ids)
 
 
-def given_up_text(count: int) -> str:
+def named(correlation_ids, more: int = 0) -> str:
+    """ApiVersions v0 requests as an `unanswered` notice names them, and how many more it counts."""
+    return ", ".join(f"ApiVersions v0 corr={c}" for c in correlation_ids) + (f" and {more:,} more" if more else "")
+
+
+def given_up_text(count: int, requests: str) -> str:
     return (f"{count:,} request{'s' if count != 1 else ''} given up waiting for a response (more than "
-            f"{MAX_PENDING:,} requests or 64 MiB waiting, or 900 s of capture time without one); a response that comes later is "
-            f"shown as one whose request was not captured")
+            f"{MAX_PENDING:,} requests or 64 MiB waiting, or 900 s of capture time without one): {requests}; a "
+            f"response that comes later is shown as one whose request was not captured")
 
 
 def capture_of(path, *sends: tuple[bool, bytes, float]):
@@ -74,7 +79,10 @@ def test_the_oldest_requests_past_the_limit_are_given_up_and_said(tmp_path):
     *requests, response, notice = decoded_json(capture)
     assert len(requests) == waiting
     assert (response["correlation_id"], response["latency_ms"] is not None) == (waiting - 1, True)
-    assert (notice["notice"], notice["text"]) == ("unanswered", given_up_text(76))
+    # The oldest 76 given up, the rest but the one answered without a response at the end: the first 5 of each named.
+    assert (notice["notice"], notice["text"]) == ("unanswered", given_up_text(76, named(range(5), 71)) + (
+        f"; {MAX_PENDING - 1:,} requests without a response when the connection ended: "
+        f"{named(range(76, 81), MAX_PENDING - 6)}"))
 
 
 def test_a_request_unanswered_longer_than_any_timeout_is_given_up(tmp_path):
@@ -87,7 +95,24 @@ def test_a_request_unanswered_longer_than_any_timeout_is_given_up(tmp_path):
     assert (late["correlation_id"], late["api_name"], late["latency_ms"], late["inferred"]) == (
         1, "ApiVersions", None, True)
     assert (answered["correlation_id"], answered["latency_ms"] is not None) == (2, True)
-    assert notice["text"] == given_up_text(1)
+    assert notice["text"] == given_up_text(1, named([1]))
+
+
+def test_a_request_on_a_connection_given_up_as_idle_is_named(tmp_path):
+    """A connection without a packet for more than 900 s of capture time (another connection's packets tell the
+    time) is given up, and its request without a response said then: not the connection's end, nor the capture's."""
+    quiet = TcpConversation(("10.0.0.1", 40000), ("10.0.0.2", 9092))
+    quiet.send(True, header_only_requests([5]))
+    busy = TcpConversation(("10.0.0.3", 40001), ("10.0.0.2", 9092))
+    busy.send(True, header_only_requests([1])).send(False, struct.pack(">iihi", 10, 1, 0, 0))
+    busy.ts += 1000
+    woken = len(busy.packets)
+    busy.send(True, header_only_requests([2])).send(False, struct.pack(">iihi", 10, 2, 0, 0))
+    capture = write_pcap(tmp_path / "idle.pcap", merged(quiet.packets, busy.close()))
+    (notice,) = [e for e in decoded_json(capture) if e["kind"] == "notice"]
+    assert notice == {"kind": "notice", "ts": busy.packets[woken].ts, "notice": "unanswered", "stream": 0,
+                      "text": "1 request without a response when the connection was given up as idle: "
+                              "ApiVersions v0 corr=5", "src": "10.0.0.1:40000", "dst": "10.0.0.2:9092"}
 
 
 def test_made_up_api_keys_and_versions_keep_bounded_memory(tmp_path):

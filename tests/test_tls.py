@@ -96,7 +96,7 @@ def test_a_key_log_without_one_connection_decodes_the_others(name, tmp_path):
     partial = tmp_path / "partial.keys"
     partial.write_text("\n".join(line for line in lines if missing not in line) + "\n")
     full, got = with_keys(name), decode_json(load_capture(name).pcap, "--tls-keylog", partial)
-    (said,) = [e for e in got if e["kind"] == "notice" and e.get("direction") is None]
+    (said,) = [e for e in got if e["kind"] == "notice" and e["notice"] == "tls" and e.get("direction") is None]
     assert said["text"].endswith(f"client random {missing}: not decoded: no key for this client random")
     assert messages(got) == [e for e in messages(full) if e["stream"] != said["stream"]]
 
@@ -115,7 +115,7 @@ def test_a_corrupted_key_is_reported_and_the_other_connections_decode(name, tmp_
     keys = tmp_path / "broken.keys"
     keys.write_text("\n".join(broken) + "\n")
     full, got = with_keys(name), decode_json(load_capture(name).pcap, "--tls-keylog", keys)
-    (said,) = [e for e in got if e["kind"] == "notice" and e.get("direction") is None]
+    (said,) = [e for e in got if e["kind"] == "notice" and e["notice"] == "tls" and e.get("direction") is None]
     assert said["text"].endswith(f"client random {victim}: not decoded: keys do not authenticate the records")
     assert messages(got) == [e for e in messages(full) if e["stream"] != said["stream"]]
 

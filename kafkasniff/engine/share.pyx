@@ -21,6 +21,8 @@ from kafkasniff.stream.tcp import ConnectionOpened, Endpoint, Gap, LateData, Str
 DATA, OPENED, GAP, ENDED, LATE, TICK = range(6)
 cdef int _DATA = DATA, _OPENED = OPENED, _GAP = GAP, _ENDED = ENDED, _LATE = LATE, _TICK = TICK
 cdef int _BOTH = tcp.BOTH
+# Why a connection ended (tcp.END_*), sent as its index: a session says it of the requests without a response.
+END_REASONS = (tcp.END_FIN, tcp.END_RST, tcp.END_CAPTURE, tcp.END_PORT_REUSED, tcp.END_IDLE)
 END = 1 << 62  # the number of what a worker renders once all is rendered, and the watermark of its last reply
 cdef long long _END = END
 cdef enum:
@@ -49,8 +51,8 @@ cdef inline Py_ssize_t _put_bytes(bytearray buffer, bytes data):
 
 
 cdef inline void _put_head(bytearray batch, unsigned char kind, long long stream, unsigned char flag):
-    """What every TCP event starts with after its number: its kind, its connection and a byte (the direction, or
-    whether the connection's start was seen)."""
+    """What every TCP event starts with after its number: its kind, its connection and a byte (the direction,
+    whether the connection's start was seen, or why it ended: an index in END_REASONS)."""
     _put_u8(batch, kind)
     _put_i64(batch, stream)
     _put_u8(batch, flag)
@@ -86,7 +88,7 @@ cdef void _encode(list batches, long long number, event, long long *data_bytes) 
         _put_i64(batch, ev[3])
         _put_f64(batch, ev[4])
     else:  # StreamEnd of both directions (conn, direction, reason, ts)
-        _put_head(batch, _ENDED, stream, 0)
+        _put_head(batch, _ENDED, stream, END_REASONS.index(ev[2]))
         _put_f64(batch, ev[3])
 
 
@@ -258,7 +260,7 @@ def handle_all(Analyzer analyzer, bytes batch, Py_ssize_t at, render, Replies re
             events = analyzer.poll_tls(items.f64())
         else:
             stream = items.i64()
-            flag = items.u8()  # the direction, or whether the connection's start was seen
+            flag = items.u8()  # the direction, whether the connection's start was seen, or why it ended
             if kind == _DATA:
                 ts = items.f64()
                 events = analyzer.stream_data(stream, flag, items.bytes_(), ts)
@@ -275,7 +277,7 @@ def handle_all(Analyzer analyzer, bytes batch, Py_ssize_t at, render, Replies re
                 size = items.i64()
                 events = analyzer.late(stream, flag, offset, size, items.f64())
             elif kind == _ENDED:
-                events = analyzer.ended(stream, items.f64())
+                events = analyzer.ended(stream, items.f64(), END_REASONS[flag])
             else:
                 raise ValueError(f"parallel: an event of unknown kind {kind}")
         replies.number = number

@@ -89,7 +89,7 @@ cdef class Analyzer:
             elif kind is tcp.Gap:
                 out += self.gap(ev.conn.stream, ev.direction, ev.size, ev.ts)
             elif kind is tcp.StreamEnd and ev.direction == tcp.BOTH:
-                out += self.ended(ev.conn.stream, ev.ts)
+                out += self.ended(ev.conn.stream, ev.ts, ev.reason)
             elif kind is tcp.LateData:
                 out += self.late(ev.conn.stream, ev.direction, ev.offset, ev.size, ev.ts)
         return out
@@ -134,8 +134,8 @@ cdef class Analyzer:
         session = self.sessions.get(stream)
         return session.gap(direction, size, ts) if session is not None else []
 
-    def ended(self, stream: int, ts: float) -> list:
-        """Both directions of a connection are over."""
+    def ended(self, stream: int, ts: float, reason: str) -> list:
+        """Both directions of a connection are over (reason: why, tcp.END_*)."""
         session = self.sessions.pop(stream, None)
         if session is None:
             return []
@@ -143,7 +143,7 @@ cdef class Analyzer:
         self.ended_sessions[stream] = session
         if len(self.ended_sessions) > ENDED_KEPT:
             del self.ended_sessions[next(iter(self.ended_sessions))]
-        return session.end(ts)
+        return session.end(ts, reason)
 
     def late(self, stream: int, direction: int, offset: int, size: int, ts: float) -> list:
         """Bytes of an ended connection beyond its end (see tcp.LateData): said, not decoded."""
@@ -177,7 +177,7 @@ class _FirstBytes:
         self.gaps.append((side, size, ts))
         return []
 
-    def end(self, ts: float) -> list:
+    def end(self, ts: float, reason: str) -> list:
         return []
 
     def late(self, side: int, offset: int, size: int, ts: float) -> NoticeEvent:
@@ -187,7 +187,7 @@ class _FirstBytes:
 def _without_bytes(stream: int, endpoints: tuple) -> Session:
     """An ended session that was given no bytes: it reports what comes after a connection's end."""
     session = Session(stream, endpoints)
-    session.end(0.0)
+    session.end(0.0, tcp.END_FIN)  # the reason tells only of requests waiting: it has none
     return session
 
 
@@ -223,10 +223,10 @@ class TlsSession:
     def poll(self, ts: float) -> list:
         return self._decoded(self.tls.poll(), ts)
 
-    def end(self, ts: float) -> list:
+    def end(self, ts: float, reason: str) -> list:
         out = self._decoded(self.tls.end(), ts)
         if self.session is not None:
-            out += self._marked(self.session.end(ts))
+            out += self._marked(self.session.end(ts, reason))
         conn = self._connection()
         client = self._client_side()
         for side in (client, 1 - client):

@@ -55,6 +55,7 @@ cdef class Session:
     cdef public dict pending  # requests waiting for their response, by correlation id, oldest first
     cdef long long pending_bytes  # their payloads' bytes
     cdef long long given_up  # requests given up waiting (see MAX_PENDING), not yet reported
+    cdef list given_up_named  # the first of them as the notice names them (NAMED_UNANSWERED)
     # Requests that expect no response (acks=0), by correlation id: some brokers answer them anyway.
     cdef public dict unanswered
     # Distinct (API key, version)s of the requests sent on the connection (see MAX_REQUEST_KINDS): a frozenset,
@@ -74,7 +75,7 @@ cdef class Session:
 
     cpdef list data(self, int side, bytes data, double ts)
     cpdef list gap(self, int side, long long size, double ts)
-    cpdef list end(self, double ts)
+    cpdef list end(self, double ts, str reason)
     cpdef NoticeEvent late(self, int side, long long stream_offset, long long size, double ts)
     cdef list _take(self)
     cdef void _set_roles(self, int client_side)
@@ -92,7 +93,7 @@ cdef class Session:
     cdef void _request(self, frame)
     cdef void _await_response(self, correlation_id, MessageEvent event)
     cdef void _give_up(self, MessageEvent request)
-    cdef void _report_given_up(self, double ts)
+    cdef void _report_unanswered(self, double ts, str reason)
     cdef void _expect_no_response(self, correlation_id, MessageEvent event)
     cdef void _remember_sent(self, Message msg)
     cdef tuple _infer(self, bytes payload)

@@ -33,7 +33,7 @@ from kafkasniff.protocol.quirks cimport _CONTROLLED_SHUTDOWN, _SASL_HANDSHAKE, e
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
 from kafkasniff.stream.framing cimport Plausibility, int16_at, int32_at
-from kafkasniff.stream.tcp import Endpoint
+from kafkasniff.stream.tcp import END_CAPTURE, END_FIN, END_IDLE, END_PORT_REUSED, END_RST, Endpoint
 from kafkasniff.stream.tlsrecord import starts_tls
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
@@ -50,6 +50,13 @@ MAX_ORPHANS = 64
 MAX_PENDING = 16_384
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 PENDING_SECONDS = 900.0
+# Requests an `unanswered` notice names (the oldest first) before it only counts the rest: enough to find them.
+NAMED_UNANSWERED = 5
+# What ended while requests were without a response, by the end's reason (tcp.END_*): the capture ending while the
+# connection was open is expected of a long poll (a Fetch waiting for records), the connection's own end is not.
+_ENDED = {END_FIN: "when the connection ended", END_RST: "when the connection ended",
+          END_PORT_REUSED: "when the connection ended", END_CAPTURE: "when the capture ended",
+          END_IDLE: "when the connection was given up as idle"}
 INFERENCE_BUDGET = 64  # see ResponseFrames
 # Distinct (API key, version)s of requests remembered per connection (Session.requests_sent), to infer a response
 # whose request was lost: a client sends a few dozen kinds at most (one version per API once it has negotiated), so
@@ -234,6 +241,21 @@ cdef class ResponseFrames(Plausibility):
 NOT_INFERRED_IN_A_SEARCH = frozenset({_SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 
+cdef str _request_name(Message msg):
+    """A request as an `unanswered` notice names it, as the one-line view shows it: API, version, correlation id."""
+    return f"{msg.api_name} v{msg.api_version} corr={msg.correlation_id}"
+
+
+cdef str _requests(long long count):
+    return f"{count:,} request{'s' if count != 1 else ''}"
+
+
+cdef str _named(long long count, list named):
+    """`A, B and M more`: the first of `count` requests by name, then how many more."""
+    more = f" and {count - len(named):,} more" if count > len(named) else ""
+    return ", ".join(named) + more
+
+
 cdef bint _has_sent(Session session, api_key):
     """Whether the connection was seen sending a request of this API (any version)."""
     for kind in session.requests_sent:
@@ -271,6 +293,7 @@ cdef class Session:
         self.pending = {}
         self.pending_bytes = 0
         self.given_up = 0
+        self.given_up_named = []
         self.unanswered = {}
         self.requests_sent = frozenset()
         self.orphans = {}
@@ -325,8 +348,8 @@ cdef class Session:
             self._frames(side, framer.gap(size, ts))
         return self._take()
 
-    cpdef list end(self, double ts):
-        """The connection is over (or the capture ended): flush what is left."""
+    cpdef list end(self, double ts, str reason):
+        """The connection is over (or the capture ended): flush what is left. reason: why (tcp.END_*)."""
         cdef Framer framer
         cdef int side
         if self.ignored is None and self.client_side == NO_SIDE:
@@ -345,7 +368,7 @@ cdef class Session:
                 framer = self.framers[side]
                 self._frames(side, framer.close())
             self._release_orphans(None)
-            self._report_given_up(ts)
+            self._report_unanswered(ts, reason)
         # The broker side's framer refers back to this session (ResponseFrames): without it, reference counting
         # frees an ended connection at once, instead of the cycle collector in passes that grow with the
         # connections ended since the last (0.5 s, in a live capture of 100,000 packets/s).
@@ -563,15 +586,28 @@ cdef class Session:
     cdef void _give_up(self, MessageEvent request):
         self.pending_bytes -= len(request.payload)
         self.given_up += 1
+        if len(self.given_up_named) < NAMED_UNANSWERED:
+            self.given_up_named.append(_request_name(request.message))
 
-    cdef void _report_given_up(self, double ts):
+    cdef void _report_unanswered(self, double ts, str reason):
+        """One notice for the requests the connection leaves without a response: those given up waiting, and those
+        waiting at its end (requests that expect none are not waiting). Those are said to be without a response, not
+        waiting for one: a response lost in a hole, or cut short, leaves its request waiting too."""
+        parts = []
         if self.given_up:
-            self.events.append(NoticeEvent(self.conn, CLIENT_TO_SERVER, ts, "unanswered", (
-                f"{self.given_up:,} request{'s' if self.given_up != 1 else ''} given up waiting for a response "
-                f"(more than {MAX_PENDING:,} requests or {MAX_PENDING_BYTES >> 20} MiB waiting, or "
-                f"{PENDING_SECONDS:.0f} s of capture time without one); a response that comes later is shown as "
-                f"one whose request was not captured")))
-            self.given_up = 0
+            parts.append(
+                f"{_requests(self.given_up)} given up waiting for a response (more than {MAX_PENDING:,} requests or "
+                f"{MAX_PENDING_BYTES >> 20} MiB waiting, or {PENDING_SECONDS:.0f} s of capture time without one): "
+                f"{_named(self.given_up, self.given_up_named)}; a response that comes later is shown as one whose "
+                f"request was not captured")
+        if self.pending:
+            named = [_request_name((<MessageEvent>e).message) for e in islice(self.pending.values(), NAMED_UNANSWERED)]
+            parts.append(f"{_requests(len(self.pending))} without a response {_ENDED[reason]}: "
+                         f"{_named(len(self.pending), named)}")
+        if parts:
+            self.events.append(NoticeEvent(self.conn, CLIENT_TO_SERVER, ts, "unanswered", "; ".join(parts)))
+        self.given_up, self.given_up_named = 0, []
+        self.pending, self.pending_bytes = {}, 0  # said: an ended session kept (for late bytes) holds none of them
 
     cdef void _expect_no_response(self, correlation_id, MessageEvent event):
         """Remember the latest requests that expect no response, in case the broker answers all the same."""
