@@ -132,7 +132,7 @@ CONNECTIONS = Table("connections", "first_seen", (
     Column("bytes_to_client", "bigint", "TCP payload bytes server to client, each byte once"),
     Column("gaps", "bigint", "Holes in the byte streams (bytes never captured)"),
     Column("gap_bytes", "bigint", "Bytes missing in those holes"),
-    Column("end_reason", "string", "`fin`, `rst`, `capture end` or `port reused`"),
+    Column("end_reason", "string", "`fin`, `rst`, `capture end`, `port reused` or `idle` (no packet for 900 s)"),
     Column("capture_files", "array<string>", "Capture file(s) holding its packets, in time order"),
 ), "one row per TCP connection", internal=(
     # where its first packet is among the inputs: ties of first_seen are numbered in capture order
