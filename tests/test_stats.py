@@ -137,6 +137,18 @@ def test_stats_follow_the_filters_and_resolve_topic_ids():
         ("confluent-gzip", 0, 8)]
 
 
+def test_the_bytes_line_says_when_it_counts_only_what_the_filters_pass():
+    """A capture of TLS connections filtered by --api: 'bytes captured: 0' read as if nothing had been captured."""
+    tls = "captures/tls/tls12_suites.pcap"
+    last_lines = [CliRunner().invoke(main, ["decode", "--stats", *options, tls]).stdout.splitlines()[-1]
+                  for options in ([], ["--api", "Produce"], ["--api", "Produce", "-j", "2"])]
+    assert last_lines == [
+        "bytes captured: 63,998 = 0 in messages + 0 in SASL tokens + 0 skipped + 63,998 TLS + 0 not Kafka; 0 missing "
+        "from the capture",
+        *["bytes of what the filters pass: 0 = 0 in messages + 0 in SASL tokens + 0 skipped + 0 TLS + 0 not Kafka; 0 "
+          "missing from the capture"] * 2]
+
+
 def test_stats_alone_print_only_the_tables():
     result = CliRunner().invoke(main, ["decode", "--stats", CAPTURE])
     assert result.exit_code == 0

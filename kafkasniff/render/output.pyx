@@ -63,6 +63,11 @@ class OutputOptions:
         """--stats alone prints only the tables."""
         return not (self.stats and self.view == "line")
 
+    @property
+    def filtered(self) -> bool:
+        """Whether filters leave events out (what --stats counts is then what they pass)."""
+        return bool(self.apis or self.topics or self.client_ids or self.streams or self.errors_only)
+
 
 def client_id_of(MessageEvent ev) -> str | None:
     if ev.message.kind == "request":
@@ -441,7 +446,7 @@ cdef class Output:
                 from kafkasniff.render.stats import print_stats
 
                 self.flush()
-                print_stats(self.stats, self.out)
+                print_stats(self.stats, self.out, self.options.filtered)
         self.flush()
 
 

@@ -328,7 +328,9 @@ def stats_tables(stats: Stats) -> list:
     return [apis, topics, clients, *lag_tables(lag), *filter(None, [latency_table(lag)])]
 
 
-def print_stats(stats: Stats, out: TextIO) -> None:
+def print_stats(stats: Stats, out: TextIO, filtered: bool = False) -> None:
+    """The tables, the notices counted and where the bytes went; `filtered`: of the events the filters passed only
+    (said so: a capture of TLS connections filtered by --api read as if it had captured nothing)."""
     from rich.console import Console
 
     from kafkasniff.render.tables import print_tables
@@ -340,6 +342,7 @@ def print_stats(stats: Stats, out: TextIO) -> None:
     if extra:
         console.print(", ".join(extra))
     totals = stats.byte_totals()
-    console.print(f"bytes captured: {totals['captured']:,} = {totals['messages']:,} in messages + "
+    what = "bytes of what the filters pass" if filtered else "bytes captured"
+    console.print(f"{what}: {totals['captured']:,} = {totals['messages']:,} in messages + "
                   f"{totals['sasl_tokens']:,} in SASL tokens + {totals['skipped']:,} skipped + {totals['tls']:,} TLS + "
                   f"{totals['not_kafka']:,} not Kafka; {totals['missing']:,} missing from the capture")
