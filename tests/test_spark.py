@@ -21,12 +21,15 @@ import sys
 import weakref
 from array import array
 from collections import Counter, defaultdict
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from urllib.parse import urlparse
 
 import dpkt
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkasniff.capture.files import CONNECTION_BUCKETS, CaptureReader, open_capture
 from kafkasniff.capture.packets import FrameParser
@@ -1032,6 +1035,18 @@ def percentile(values: list[float], p: float) -> float:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(ts=st.floats(0, 4e9) | st.integers(0, 4 * 10**18).map(lambda nanoseconds: nanoseconds / 1e9))
+def test_times_are_the_microseconds_decode_prints(ts):
+    """A time in the tables is round(ts, 6) in microseconds (what `decode --json` prints): the exact product rounded
+    half to even. ts * 1e6 rounds once more, onto a half for some nanosecond captures' times (a microsecond off)."""
+    from kafkasniff.pipeline.rows import micros
+
+    exact = (Decimal(ts) * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN)
+    assert micros(ts) == int(exact)
+    assert Decimal(micros(ts)) / 1_000_000 == Decimal(repr(round(ts, 6)))
 
 
 def test_topic_ids_in_staged_messages_are_named_list_by_list():

@@ -12,7 +12,7 @@ three times the decoding. Times are microseconds since the epoch.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.math cimport rint
+from libc.math cimport fma, rint
 from libc.stdint cimport int32_t
 
 from array import array
@@ -43,8 +43,19 @@ cdef long long _FRAME_PREFIX = FRAME_PREFIX
 
 
 cpdef long long micros(double ts):
-    # rint rounds half to even, as Python's round() does
-    return <long long>rint(ts * 1e6)
+    """ts (seconds) in whole microseconds as `decode --json` prints it (round(ts, 6)): the exact product rounded half to
+    even. ts * 1e6 is rounded once more on the way (to a quarter of a microsecond at today's times), which a
+    nanosecond capture's time can put on a half: 1795421627.144835484 s gave ...836 where decode says ...835."""
+    cdef double product = ts * 1e6
+    cdef double nearest = rint(product)  # (half to even, as Python's round)
+    cdef double off = product - nearest, error
+    if off == 0.5 or off == -0.5:  # a half in the product: the exact one is on one side of it, or on it
+        error = fma(ts, 1e6, -product)  # the exact product minus the rounded one
+        if off > 0 and error > 0:
+            nearest += 1
+        elif off < 0 and error < 0:
+            nearest -= 1
+    return <long long>nearest
 
 
 cpdef tuple message_row(MessageEvent ev, str connection_id, list files, str src, str dst, str client_id,

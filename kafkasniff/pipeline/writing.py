@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from kafkasniff.pipeline.inputs import is_uri
-from kafkasniff.pipeline.rows import RecordColumns
+from kafkasniff.pipeline.rows import RecordColumns, micros
 from kafkasniff.pipeline.tables import DECODED_TABLES, MESSAGES, RECORDS, TABLES, Table, file_schema, raw_schema
 
 _MICROS_PER_DAY = 86_400_000_000
@@ -276,7 +276,7 @@ def _arrow_value(value, arrow_type):
     if value is None:
         return None
     if pa.types.is_timestamp(arrow_type):
-        return round(value * 1e6)
+        return micros(value)
     if pa.types.is_map(arrow_type):
         return [(key, _arrow_value(item, arrow_type.item_type)) for key, item in value.items()]
     if pa.types.is_list(arrow_type):
