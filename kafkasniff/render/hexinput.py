@@ -60,6 +60,14 @@ def parse_hex_dump(text: str) -> bytes:
     return b"".join(block.data for block in parse_hex_blocks(text))
 
 
+def read_dump(stream) -> str:
+    """The text of a dump from a text stream; raise ValueError when it is longer than MAX_DUMP_TEXT."""
+    text = stream.read(MAX_DUMP_TEXT + 1)
+    if len(text) > MAX_DUMP_TEXT:
+        raise ValueError(TOO_MUCH_TEXT)
+    return text
+
+
 def read_input(stream: BinaryIO) -> str | bytes:
     """What a file or standard input holds: the text of a dump, or its bytes when it has NUL bytes, which text does
     not and Kafka's integers put in any frame (a message saved as it is); raise ValueError past MAX_DUMP_TEXT bytes of
