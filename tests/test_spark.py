@@ -1070,10 +1070,10 @@ def test_topic_ids_in_staged_messages_are_named_list_by_list():
 
 def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkeypatch):
     """The analyses read the decode tasks' staged Seens in capture order: tasks of many sizes (one empty), each
-    sorting runs of a bounded size (a segment's Seens may straddle two) and merging them into one file, as soon as
-    there are MERGED_AT_ONCE of a generation and at its end; batches small enough to end anywhere, keys that tie on
-    time, file and index and differ in the sequence number, and messages released by a connection's end (time
-    infinite) after every segment."""
+    sorting runs of a bounded size (a segment's Seens may straddle two) and merging them, as soon as there are
+    MERGED_AT_ONCE of a generation, and at its end into one file when more than FILES_LEFT are left (else left as
+    they are); batches small enough to end anywhere, keys that tie on time, file and index and differ in the
+    sequence number, and messages released by a connection's end (time infinite) after every segment."""
     import marshal
     import random
 
@@ -1082,13 +1082,14 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
     monkeypatch.setattr(analysis, "_BATCH_ROWS", 7)
     monkeypatch.setattr(analysis.StagedSeen, "RUN_BYTES", 200)  # (task, seq) marshals to 12 bytes: 17 a run
     monkeypatch.setattr(analysis.StagedSeen, "MERGED_AT_ONCE", 3)
+    monkeypatch.setattr(analysis.StagedSeen, "FILES_LEFT", 2)
     merges = []
     merge = analysis.StagedSeen._merge
     monkeypatch.setattr(analysis.StagedSeen, "_merge", lambda self, files: merges[-1].append(
         [rows for _, rows, _ in files]) or merge(self, files))
     rng = random.Random(16)
-    staged_files, every = [], []
-    for task, rows in enumerate((0, 1, 5, 40, 133)):
+    staged_files, left, every = [], [], []
+    for task, rows in enumerate((0, 1, 5, 34, 40, 133)):
         merges.append([])
         staged = analysis.StagedSeen(str(tmp_path), "_staging", f"t{task}")
         for seq in range(rows):
@@ -1096,17 +1097,18 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
             staged.add(*key, (task, seq))
             every.append((*key, seq, (task, seq)))
         closed = staged.close()
-        assert (closed is None) == (rows == 0) and (closed is None or closed[1] == rows)
-        staged_files += [closed[0]] if closed else []
-    # runs of 17 (the last one shorter); three runs make one file of the next generation, and a task's end merges
-    # what is left
-    assert merges == [[], [], [], [[17, 17, 6]], [[17, 17, 17], [17, 17, 17], [51, 51, 17, 14]]]
+        left.append([files_rows for _, files_rows in closed])
+        staged_files += [path for path, _ in closed]
+    # runs of 17 (the last one shorter); three runs make one file of the next generation; a task's end leaves two
+    # files as they are (34 rows) and merges more (133 rows: two of the second generation, two runs)
+    assert merges == [[], [], [], [], [[17, 17, 6]], [[17, 17, 17], [17, 17, 17], [51, 51, 17, 14]]]
+    assert left == [[], [1], [5], [17, 17], [40], [133]]
     assert sorted(p.name for p in (tmp_path / "_staging" / "seen").iterdir()) == sorted(
-        Path(path).name for path in staged_files), "one file a task, the runs merged into it deleted"
+        Path(path).name for path in staged_files), "the files left, the runs merged into them deleted"
     merged = [marshal.loads(seen)
               for seen in analysis._in_key_order(analysis.output_fs(str(tmp_path))[0], staged_files)]
     assert merged == [seen for *_, seen in sorted(every)]
-    assert len(merged) == 179
+    assert len(merged) == 213
 
 
 def test_an_empty_report_section_is_one_line():

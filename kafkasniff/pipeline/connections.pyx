@@ -312,7 +312,5 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
     facts += ((None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())
     facts += ((None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
-    seen_file = staged_seen.close()
-    if seen_file is not None:
-        facts.append((None, None, None, None, None, None, STAGED_NAME, *seen_file))
+    facts += ((None, None, None, None, None, None, STAGED_NAME, path, rows) for path, rows in staged_seen.close())
     return facts
