@@ -7,7 +7,7 @@ through its own TcpReassembler and Analyzer, the code behind `decode`, which see
 packets as it would in one capture merged from all the inputs. One 4-tuple can hold several
 connections one after another (a port reused with a new SYN, or reused after a close); each
 gets its own row. A packet found, identical and at the same time, in several inputs (inputs
-that overlap) is fed once.
+that overlap) is fed once, in the place each file holding it gives it (_tie_order).
 
 The one difference from decoding a whole file in one process: capture time only advances
 with this 4-tuple's packets, so a hole in the stream is given up on at this connection's
@@ -20,6 +20,7 @@ decoding the bytes did.
 """
 
 import hashlib
+import heapq
 
 import pyarrow as pa
 
@@ -245,13 +246,81 @@ cdef class ConnectionDecoder:
                     self.staged_seen.add(position[0], position[1], position[2], read)
 
 
-cdef bint _copied(list same_time, seg, int file):
-    """Whether the segment is a copy of one an earlier file holds: (segment, file) pairs of the connection's
-    segments at its time come sorted by file, and the first file's copy is the one fed."""
-    for earlier, earlier_file in same_time:
-        if earlier == seg:
-            return earlier_file != file
-    return False
+cdef void _feed_tie(ConnectionDecoder decoder, list tie) except *:
+    """Feed the connection's segments of one time, (segment, file, index) sorted by (file, index)."""
+    cdef tuple one
+    if len(tie) > 1 and (<tuple>tie[0])[1] != (<tuple>tie[-1])[1]:
+        tie = _tie_order(tie)
+    for one in tie:
+        decoder.feed(one[0], one[1], one[2])
+
+
+cdef list _tie_order(list tie):
+    """The segments of one connection at one time that several files hold, in the order to feed them: each file's own
+    order kept, a segment that several files hold (the same packet in overlapping inputs) taken once, and where the
+    files' orders say nothing, by the latest file that holds each (rotated files: what one file holds at the time it
+    ends came before what the next one holds at that time), then as the files give them. In the files' order alone,
+    a packet a file taken earlier holds went before what another file holds before it at that time: of two captures
+    of the same traffic, each missing some packets, a SYN only the smaller held went after its connection's SYN-ACK,
+    and the connection was decoded as two. The k-th of identical segments in a file is the k-th of them in another
+    (a file may hold a retransmission identical to the packet before it); positions (file, index) are the first
+    file's of each segment, raised where needed so that they never go back, as the Seens' keys must not within a
+    connection."""
+    cdef list nodes = []  # (segment, file, index) of each distinct segment: its first file's, file after file
+    cdef list latest = []  # per node: the latest file holding it
+    cdef list after = []  # per node: the nodes a file holds right after it
+    cdef list before = []  # per node: how many nodes are still to come before it
+    cdef dict same = {}  # segment -> its nodes, in order
+    cdef dict count = {}  # (segment, file) -> how many of it the file held so far
+    cdef Py_ssize_t node, previous = -1, n
+    cdef int file, previous_file = -1
+    cdef tuple one
+    for item in tie:
+        one = <tuple>item
+        seg, file = one[0], one[1]
+        if file != previous_file:
+            previous, previous_file = -1, file
+        alike = same.setdefault(seg, [])
+        k = count.get((seg, file), 0)
+        count[seg, file] = k + 1
+        if k < len(<list>alike):
+            node = (<list>alike)[k]
+            latest[node] = file  # (files come in order)
+        else:
+            node = len(nodes)
+            alike.append(node)
+            nodes.append(one)
+            latest.append(file)
+            after.append([])
+            before.append(0)
+        if previous >= 0:  # (a node holds one segment of a file: never the previous one)
+            (<list>after[previous]).append(node)
+            before[node] += 1
+        previous = node
+    # Kahn's order, of the free nodes the one of the earliest latest file first, then the first made
+    cdef list ready = [(latest[n], n) for n in range(len(nodes)) if before[n] == 0]
+    cdef list order = []
+    heapq.heapify(ready)
+    while ready:
+        n = heapq.heappop(ready)[1]
+        order.append(n)
+        for later in <list>after[n]:
+            before[later] -= 1
+            if before[later] == 0:
+                heapq.heappush(ready, (latest[later], later))
+    if len(order) < len(nodes):  # the files disagree (a cycle): the rest as the files give them
+        taken = set(order)
+        order += [n for n in range(len(nodes)) if n not in taken]
+    cdef list fed = []
+    cdef tuple position, last = (-1, -1)
+    for n in order:
+        one = <tuple>nodes[n]
+        position = (one[1], one[2])
+        if position < last:
+            position = last
+        fed.append((one[0], position[0], position[1]))
+        last = position
+    return fed
 
 
 def rows_of_batches(batches):
@@ -277,37 +346,33 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
     cdef ConnectionDecoder decoder = None
     cdef str key, current_key = None
     cdef tuple first, second, src, dst
-    cdef list same_time = []  # the connection's (segment, file) pairs at the time of the last one
+    cdef list tie = []  # the connection's (segment, file, index) at the time of the last one, fed when the time moves
     cdef double ts, last_ts = 0.0
-    cdef int file
     cdef tuple row
     with collecting_rarely():
         for rows in row_lists:
             for item in <list>rows:
                 row = <tuple>item  # (key, ts, file, index, forward, seq, ack, flags, payload, missing)
-                key, ts, file = row[0], row[1], row[2]
+                key, ts = row[0], row[1]
                 if key != current_key:
                     if decoder is not None:
+                        _feed_tie(decoder, tie)
                         decoder.finish()
                     decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, staged_seen,
                                                 keylog)
                     current_key = key
                     first, second = key_endpoints(key)
-                    same_time = []
+                    tie = []
+                elif ts != last_ts:
+                    _feed_tie(decoder, tie)
+                    tie = []
+                last_ts = ts
                 src, dst = (first, second) if row[4] else (second, first)
-                seg = named_tuple(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7], row[8],
-                                               row[9]))
-                if not same_time or ts != last_ts:
-                    last_ts = ts
-                    same_time = [(seg, file)]
-                else:
-                    # the same packet in several inputs: the first file's copy only
-                    if file != same_time[0][1] and _copied(same_time, seg, file):
-                        continue
-                    same_time.append((seg, file))
-                decoder.feed(seg, file, row[3])
+                tie.append((named_tuple(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7],
+                                                     row[8], row[9])), row[2], row[3]))
             staged.flush()
         if decoder is not None:
+            _feed_tie(decoder, tie)
             decoder.finish()
     facts += ((None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())
