@@ -459,20 +459,16 @@ def port_reuse_capture(directory: Path, reused: bool = True) -> Path:
 
 
 @pytest.mark.parametrize("through", ["each task reading every file", "the shuffle", "the shuffle, files shared out"])
-def assert_messages_and_connections_equal_decode(tables: dict, whole: Path, numbered_alike: bool = True) -> list[dict]:
-    """The messages table is, row for row, what `decode --json` says of the whole capture (stream numbers included;
-    `numbered_alike` False: the same connections, numbered in another order), and the connections table counts its
-    requests and responses; returns the rows in that order."""
+def assert_messages_and_connections_equal_decode(tables: dict, whole: Path) -> list[dict]:
+    """The messages table is, row for row, what `decode --json` says of the whole capture (stream numbers included),
+    and the connections table counts its requests and responses; returns the rows in that order."""
     expected = sorted(decode_json(whole), key=order)
     rows = sorted(tables["messages"], key=order)
     assert len(rows) == len(expected) > 100
-    renumbered = {}  # the table's stream -> decode's
     for row, event in zip(rows, expected):
-        for key in ("kind", "src", "dst", "api_key", "api_name", "api_version", "correlation_id",
+        for key in ("stream", "kind", "src", "dst", "api_key", "api_name", "api_version", "correlation_id",
                     "client_id", "size", "topics", "errors", "trailing_bytes"):
             assert row[key] == event[key], (key, event)
-        assert renumbered.setdefault(row["stream"], event["stream"]) == event["stream"], event
-        assert row["stream"] == event["stream"] or not numbered_alike, ("stream", event)
         assert row["ts"] == micros(event["ts"])
         if event["kind"] == "response":
             assert (row["latency_ms"] is None) == (event["latency_ms"] is None)
@@ -482,8 +478,6 @@ def assert_messages_and_connections_equal_decode(tables: dict, whole: Path, numb
         streams[event["stream"]][event["kind"] == "response"] += 1
     connections = {c["stream"]: c for c in tables["connections"]}
     assert len(connections) == len(tables["connections"])  # (no two rows numbered alike)
-    assert len(set(renumbered.values())) == len(renumbered)
-    connections = {renumbered[s]: c for s, c in connections.items() if s in renumbered}
     assert {s: [connections[s]["requests"], connections[s]["responses"]] for s in streams} == streams
     return rows
 
@@ -532,10 +526,10 @@ def test_overlapping_captures_that_each_missed_packets_give_decodes_answers(spar
     """Two captures of the same traffic in times of hundredths of a second (many packets share one), each missing a
     random tenth of the packets the other holds, the first cut in two (rotated). The bigger is taken first at a tie,
     and the packets it missed went after all it holds of that time: a connection's SYN after its SYN-ACK, a request
-    after its response. At a tie each file's own order is kept, a packet both hold fed once. The tables equal what
-    `decode --json` says of the whole capture, message for message; connections opened at one time, whose first
-    packets are in different files, may be numbered in another order (the README says so: these inputs are not cut
-    from one capture)."""
+    after its response; connections opened at one time were numbered by the file their first packets were taken
+    from. At a tie each file's own order is kept, a packet both hold fed once, and connections numbered as the
+    files holding their first packets order them. The tables equal what `decode --json` says of the whole capture,
+    stream numbers included."""
     import random
 
     if through == "the shuffle":
@@ -564,7 +558,7 @@ def test_overlapping_captures_that_each_missed_packets_give_decodes_answers(spar
     out = tmp_path / "tables"
     result = CliRunner().invoke(main, ["spark", *map(str, parts), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert_messages_and_connections_equal_decode(read_tables(spark, out), whole, numbered_alike=False)
+    assert_messages_and_connections_equal_decode(read_tables(spark, out), whole)
 
 
 def test_thousands_of_packets_of_one_time_in_two_files_are_ordered_in_linear_time(tmp_path):
@@ -583,7 +577,7 @@ def test_thousands_of_packets_of_one_time_in_two_files_are_ordered_in_linear_tim
     started = time.monotonic()
     facts = decode_segment_rows(rows, ["a.pcap", "b.pcap"], frozenset(), str(tmp_path), "_staging", "t0")
     assert time.monotonic() - started < 20
-    staged = next(fact[7] for fact in facts if fact[6] == "connections")
+    staged = next(f.staged for f in map(build.RunFact._make, facts) if f.table_name == "connections")
     with pa.ipc.open_stream(staged) as connections:
         assert connections.read_all().column("packets").to_pylist() == [count]
 

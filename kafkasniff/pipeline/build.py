@@ -39,18 +39,19 @@ mapInArrow job 10.0-10.7 s, the first RDD job doing the same 3.9-4.8 s).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import time
 import uuid
 import weakref
-from collections import namedtuple
+from collections import defaultdict, namedtuple
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from kafkasniff.capture.files import CONNECTION_BUCKETS, GZIP_MAGIC
 from kafkasniff.pipeline.analysis import STAGED_NAME
-from kafkasniff.pipeline.connections import RUN_FACTS_DDL, RUN_FACTS_SCHEMA
+from kafkasniff.pipeline.connections import RUN_FACTS_DDL, RUN_FACTS_SCHEMA, order_of_files
 from kafkasniff.pipeline.inputs import CaptureFile
 from kafkasniff.pipeline.reading import SEGMENT_DDL, connection_shares, read_local, read_spooled
 from kafkasniff.pipeline.sparkenv import sql_session
@@ -207,10 +208,7 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
         if starting is not None:
             starting.join()
     facts = [RunFact._make(fact) for fact in collected]
-    # numbered as `decode` numbers a capture's connections: by their first packets, in capture order
-    connections = sorted((f.first_seen, f.first_file, f.first_index, f.connection_id)
-                         for f in facts if f.connection_id is not None)
-    streams = {connection[3]: number for number, connection in enumerate(connections)}
+    streams = {connection_id: number for number, connection_id in enumerate(connection_order(facts))}
     topic_of_id = dict(sorted({(f.topic_id, f.topic_name) for f in facts if f.topic_id is not None},
                               reverse=True))  # the smallest name wins
     staged = [(f.table_name, f.staged, f.rows) for f in facts if f.staged is not None and f.table_name != STAGED_NAME]
@@ -239,6 +237,35 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
             written[table_name] += rows
     mark_done(out)
     return written
+
+
+def connection_order(facts: list[RunFact]) -> list[str]:
+    """The run's connection ids as `decode` numbers a capture's connections: by their first packets, in capture order
+    (time, file, index). Connections opened at one time whose first packets several files hold (overlapping inputs)
+    go as the files order those packets, and where none does, by the latest file holding each (as a connection's
+    packets of one time: connections.order_of_files): a file may miss a packet another holds, and the first packet
+    of a connection opened earlier be only in a file taken later."""
+    firsts = sorted((f.first_seen, f.first_file, f.first_index, f.connection_id, f.first_copies)
+                    for f in facts if f.connection_id is not None)
+    order = []
+    for _, tied in itertools.groupby(firsts, key=lambda first: first[0]):
+        tied = list(tied)
+        if len(tied) > 1 and any(first[4] for first in tied):
+            held = [list(zip(copies[::2], copies[1::2])) if copies else [(file, index)]
+                    for _, file, index, _, copies in tied]
+            in_file = defaultdict(list)  # file -> (index, connection) of the first packets it holds
+            for connection, places in enumerate(held):
+                for file, index in places:
+                    in_file[file].append((index, connection))
+            after, before = [[] for _ in tied], [0] * len(tied)
+            for places in in_file.values():
+                places.sort()
+                for (_, earlier), (_, later) in zip(places, places[1:]):
+                    after[earlier].append(later)
+                    before[later] += 1
+            tied = [tied[n] for n in order_of_files([max(f for f, _ in places) for places in held], after, before)]
+        order += [first[3] for first in tied]
+    return order
 
 
 def _start_python_workers(sc, count: int):

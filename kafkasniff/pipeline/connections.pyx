@@ -45,11 +45,15 @@ from kafkasniff.stream.session cimport KafkaConnection, MessageEvent
 _CONNECTION_NAMES = CONNECTIONS.raw_names
 # What a decode task tells the job, one row per connection, topic id learned and staged file: the rest of
 # what it decoded is in the staged files.
-RUN_FACTS_DDL = ("connection_id string, first_seen bigint, first_file int, first_index bigint, topic_id string, "
-                 "topic_name string, table_name string, staged string, rows bigint")
+# `first_copies`: where each file holding the connection's first packet holds it, when several do ([file, index, ...]),
+# to number connections opened at one time as those files order them (build.connection_order).
+RUN_FACTS_DDL = ("connection_id string, first_seen bigint, first_file int, first_index bigint, "
+                 "first_copies array<bigint>, topic_id string, topic_name string, table_name string, staged string, "
+                 "rows bigint")
 RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_seen", pa.int64()), ("first_file", pa.int32()),
-                              ("first_index", pa.int64()), ("topic_id", pa.string()), ("topic_name", pa.string()),
-                              ("table_name", pa.string()), ("staged", pa.string()), ("rows", pa.int64())])
+                              ("first_index", pa.int64()), ("first_copies", pa.list_(pa.int64())),
+                              ("topic_id", pa.string()), ("topic_name", pa.string()), ("table_name", pa.string()),
+                              ("staged", pa.string()), ("rows", pa.int64())])
 
 # Segments and TCP events are named tuples, made (named_tuple) and read here as tuples: a named tuple's constructor
 # and its attributes are Python calls.
@@ -78,11 +82,12 @@ cdef class _Tally:
     cdef dict client_ids
     cdef object tls  # {"version", "cipher"} of a TLS connection, once its handshake is seen
     cdef tuple first_packet  # (file number, index in the file)
+    cdef object first_copies  # [file, index, ...] of every file holding the first packet, when several do; else None
     # The texts of a Kafka connection's client and server (endpoint_text), made once for its messages' rows
     cdef KafkaConnection named
     cdef str client_text, server_text
 
-    def __init__(self, opened, tuple first_packet):
+    def __init__(self, opened, tuple first_packet, first_copies):
         conn, client_guess, ts = <tuple>opened  # a ConnectionOpened
         self.conn = conn
         self.id = connection_id(conn[1], conn[2], ts)
@@ -93,6 +98,7 @@ cdef class _Tally:
         self.file_spans = []
         self.client_ids = {}
         self.first_packet = first_packet
+        self.first_copies = first_copies
 
     cdef void count_packet(self, double ts, int file):
         self.packets += 1
@@ -167,12 +173,13 @@ cdef class ConnectionDecoder:
         self.facts = facts
         self.staged_seen = staged_seen
 
-    cdef void feed(self, seg, int file, long long index) except *:
+    cdef void feed(self, seg, int file, long long index, copies) except *:
+        """`copies`: [file, index, ...] of every file holding the segment, when several do (else None)."""
         reassembler = self.reassembler
         late = reassembler.late_segments
         cdef list events = reassembler.feed(seg)
         if events:
-            self._observe(events, (file, index))
+            self._observe(events, (file, index), copies)
         if self.current is not None and reassembler.late_segments == late:
             self.current.count_packet((<tuple>seg)[0], file)
         if events:
@@ -180,17 +187,19 @@ cdef class ConnectionDecoder:
 
     cdef void finish(self) except *:
         cdef list events = self.reassembler.flush()
-        self._observe(events, None)
+        cdef _Tally tally
+        self._observe(events, None, None)
         self._rows(self.analyzer.handle(events), None)
         rows = self.out.rows[CONNECTIONS.name]
         for tally in self.tallies.values():
             row = tally.row(self.file_names)
             rows.append(tuple([row[n] for n in _CONNECTION_NAMES]))
             self.facts.append((row["connection_id"], row["first_seen"], row["first_file"], row["first_index"],
-                               None, None, None, None, None))
+                               tally.first_copies, None, None, None, None, None))
 
-    cdef void _observe(self, list events, tuple position) except *:
-        """Fill the tallies from TCP events; `position` is that of the segment they came from."""
+    cdef void _observe(self, list events, tuple position, copies) except *:
+        """Fill the tallies from TCP events; `position` is that of the segment they came from, `copies` where each file
+        holding it holds it."""
         cdef tuple ev
         cdef _Tally tally
         for event in events:
@@ -200,7 +209,7 @@ cdef class ConnectionDecoder:
                 tally = self.tallies[ev[0][0]]
                 tally.bytes[<int>ev[1]] += len(<bytes>ev[3])
             elif kind is _ConnectionOpened:
-                self.current = self.tallies[ev[0][0]] = _Tally(ev, position)
+                self.current = self.tallies[ev[0][0]] = _Tally(ev, position, copies)
             elif kind is _Gap:  # (conn, direction, offset, size, ts)
                 tally = self.tallies[ev[0][0]]
                 tally.gaps += 1
@@ -250,9 +259,11 @@ cdef void _feed_tie(ConnectionDecoder decoder, list tie) except *:
     """Feed the connection's segments of one time, (segment, file, index) sorted by (file, index)."""
     cdef tuple one
     if len(tie) > 1 and (<tuple>tie[0])[1] != (<tuple>tie[-1])[1]:
-        tie = _tie_order(tie)
-    for one in tie:
-        decoder.feed(one[0], one[1], one[2])
+        for one in _tie_order(tie):
+            decoder.feed(one[0], one[1], one[2], one[3])
+    else:
+        for one in tie:
+            decoder.feed(one[0], one[1], one[2], None)
 
 
 cdef list _tie_order(list tie):
@@ -263,11 +274,13 @@ cdef list _tie_order(list tie):
     a packet a file taken earlier holds went before what another file holds before it at that time: of two captures
     of the same traffic, each missing some packets, a SYN only the smaller held went after its connection's SYN-ACK,
     and the connection was decoded as two. The k-th of identical segments in a file is the k-th of them in another
-    (a file may hold a retransmission identical to the packet before it); positions (file, index) are the first
-    file's of each segment, raised where needed so that they never go back, as the Seens' keys must not within a
-    connection."""
+    (a file may hold a retransmission identical to the packet before it). Each comes as (segment, file, index,
+    copies): its position is its first file's, raised where needed so that positions never go back, as the Seens'
+    keys must not within a connection; `copies` [file, index, ...] where each file holding it holds it, when
+    several do (else None)."""
     cdef list nodes = []  # (segment, file, index) of each distinct segment: its first file's, file after file
     cdef list latest = []  # per node: the latest file holding it
+    cdef list copies = []  # per node: [file, index, ...] of each file holding it
     cdef list after = []  # per node: the nodes a file holds right after it
     cdef list before = []  # per node: how many nodes are still to come before it
     cdef dict same = {}  # segment -> its nodes, in order
@@ -286,19 +299,39 @@ cdef list _tie_order(list tie):
         if k < len(<list>alike):
             node = (<list>alike)[k]
             latest[node] = file  # (files come in order)
+            (<list>copies[node]).extend((file, one[2]))
         else:
             node = len(nodes)
             alike.append(node)
             nodes.append(one)
             latest.append(file)
+            copies.append([file, one[2]])
             after.append([])
             before.append(0)
         if previous >= 0:  # (a node holds one segment of a file: never the previous one)
             (<list>after[previous]).append(node)
             before[node] += 1
         previous = node
-    # Kahn's order, of the free nodes the one of the earliest latest file first, then the first made
-    cdef list ready = [(latest[n], n) for n in range(len(nodes)) if before[n] == 0]
+    cdef list order = order_of_files(latest, after, before)
+    cdef list fed = []
+    cdef tuple position, last = (-1, -1)
+    for n in order:
+        one = <tuple>nodes[n]
+        position = (one[1], one[2])
+        if position < last:
+            position = last
+        fed.append((one[0], position[0], position[1], copies[n] if len(<list>copies[n]) > 2 else None))
+        last = position
+    return fed
+
+
+cpdef list order_of_files(list latest, list after, list before):
+    """The order of nodes that files hold, keeping each file's (Kahn's): `after[n]` the nodes a file holds right after
+    node n, `before[n]` how many nodes come right before it in some file; of the nodes free to go, the one whose
+    latest file (`latest[n]`, in the run's order) comes first, then the lowest. Nodes on a cycle (files that disagree)
+    go last, lowest first. Used for a connection's packets of one time (_tie_order) and for the first packets of
+    connections opened at one time (build.connection_order)."""
+    cdef list ready = [(latest[n], n) for n in range(len(latest)) if before[n] == 0]
     cdef list order = []
     heapq.heapify(ready)
     while ready:
@@ -308,19 +341,10 @@ cdef list _tie_order(list tie):
             before[later] -= 1
             if before[later] == 0:
                 heapq.heappush(ready, (latest[later], later))
-    if len(order) < len(nodes):  # the files disagree (a cycle): the rest as the files give them
+    if len(order) < len(latest):
         taken = set(order)
-        order += [n for n in range(len(nodes)) if n not in taken]
-    cdef list fed = []
-    cdef tuple position, last = (-1, -1)
-    for n in order:
-        one = <tuple>nodes[n]
-        position = (one[1], one[2])
-        if position < last:
-            position = last
-        fed.append((one[0], position[0], position[1]))
-        last = position
-    return fed
+        order += [n for n in range(len(latest)) if n not in taken]
+    return order
 
 
 def rows_of_batches(batches):
@@ -374,8 +398,9 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
         if decoder is not None:
             _feed_tie(decoder, tie)
             decoder.finish()
-    facts += ((None, None, None, None, topic_id, name, None, None, None)
+    facts += ((None, None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())
-    facts += ((None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
-    facts += ((None, None, None, None, None, None, STAGED_NAME, path, rows) for path, rows in staged_seen.close())
+    facts += ((None, None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
+    facts += ((None, None, None, None, None, None, None, STAGED_NAME, path, rows)
+              for path, rows in staged_seen.close())
     return facts
