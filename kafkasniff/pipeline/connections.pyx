@@ -278,6 +278,9 @@ cdef list _tie_order(list tie):
     copies): its position is its first file's, raised where needed so that positions never go back, as the Seens'
     keys must not within a connection; `copies` [file, index, ...] where each file holding it holds it, when
     several do (else None)."""
+    cdef list fed = _held_alike(tie)
+    if fed is not None:
+        return fed
     cdef list nodes = []  # (segment, file, index) of each distinct segment: its first file's, file after file
     cdef list latest = []  # per node: the latest file holding it
     cdef list copies = []  # per node: [file, index, ...] of each file holding it
@@ -313,7 +316,7 @@ cdef list _tie_order(list tie):
             before[node] += 1
         previous = node
     cdef list order = order_of_files(latest, after, before)
-    cdef list fed = []
+    fed = []
     cdef tuple position, last = (-1, -1)
     for n in order:
         one = <tuple>nodes[n]
@@ -322,6 +325,33 @@ cdef list _tie_order(list tie):
             position = last
         fed.append((one[0], position[0], position[1], copies[n] if len(<list>copies[n]) > 2 else None))
         last = position
+    return fed
+
+
+cdef list _held_alike(list tie):
+    """_tie_order's answer when every file holds the same segments in the same order (overlapping inputs: a merged
+    capture given with its parts holds each packet twice), without the graph, which cost such a run a quarter more
+    (bench60 with its six rotated parts: 0.35-0.5 s more of ~1.8 s a task); else None."""
+    cdef Py_ssize_t size = len(tie), count = 1, start, i
+    cdef tuple one, held
+    first_file = (<tuple>tie[0])[1]
+    while count < size and (<tuple>tie[count])[1] == first_file:
+        count += 1
+    if size % count:
+        return None
+    for start in range(count, size, count):  # each block of `count`: one file's, the first file's segments
+        file = (<tuple>tie[start])[1]
+        if file == (<tuple>tie[start - 1])[1]:
+            return None
+        for i in range(start, start + count):
+            one, held = <tuple>tie[i], <tuple>tie[i - start]
+            if one[1] != file or one[0] != held[0]:
+                return None
+    cdef list fed = []
+    for i in range(count):
+        held = <tuple>tie[i]
+        fed.append((held[0], held[1], held[2],
+                    [place for start in range(i, size, count) for place in (<tuple>tie[start])[1:3]]))
     return fed
 
 
