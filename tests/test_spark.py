@@ -1136,9 +1136,10 @@ def test_topic_ids_in_staged_messages_are_named_list_by_list():
 def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkeypatch):
     """The analyses read the decode tasks' staged Seens in capture order: tasks of many sizes (one empty), each
     sorting runs of a bounded size (a segment's Seens may straddle two) and merging them, as soon as there are
-    MERGED_AT_ONCE of a generation, and at its end into one file when more than FILES_LEFT are left (else left as
-    they are); batches small enough to end anywhere, keys that tie on time, file and index and differ in the
-    sequence number, and messages released by a connection's end (time infinite) after every segment."""
+    MERGED_AT_ONCE of a generation, and at its end into one file when more than it may leave are left (else left as
+    they are: here two); batches small enough to end anywhere, keys that tie on time, file and index and differ in
+    the sequence number, and messages released by a connection's end (time infinite) after every segment. However
+    many tasks a run has, the analyses merge at most FILES_MERGED files, or one a task."""
     import marshal
     import random
 
@@ -1147,7 +1148,6 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
     monkeypatch.setattr(analysis, "_BATCH_ROWS", 7)
     monkeypatch.setattr(analysis.StagedSeen, "RUN_BYTES", 200)  # (task, seq) marshals to 12 bytes: 17 a run
     monkeypatch.setattr(analysis.StagedSeen, "MERGED_AT_ONCE", 3)
-    monkeypatch.setattr(analysis.StagedSeen, "FILES_LEFT", 2)
     merges = []
     merge = analysis.StagedSeen._merge
     monkeypatch.setattr(analysis.StagedSeen, "_merge", lambda self, files: merges[-1].append(
@@ -1156,7 +1156,7 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
     staged_files, left, every = [], [], []
     for task, rows in enumerate((0, 1, 5, 34, 40, 133)):
         merges.append([])
-        staged = analysis.StagedSeen(str(tmp_path), "_staging", f"t{task}")
+        staged = analysis.StagedSeen(str(tmp_path), "_staging", f"t{task}", files_left=2)
         for seq in range(rows):
             key = (rng.choice([1.5, 2.0, 2.25, analysis.AT_THE_END]), rng.randrange(3), rng.randrange(4) * 5 + task)
             staged.add(*key, (task, seq))
@@ -1174,6 +1174,7 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
               for seen in analysis._in_key_order(analysis.output_fs(str(tmp_path))[0], staged_files)]
     assert merged == [seen for *_, seen in sorted(every)]
     assert len(merged) == 213
+    assert [tasks * analysis.files_left(tasks) for tasks in (1, 2, 3, 4, 8, 9, 100)] == [8, 8, 6, 8, 8, 9, 100]
 
 
 def test_an_empty_report_section_is_one_line():

@@ -53,18 +53,19 @@ class StagedSeen:
     and the runs merged, so that the analyses' merge holds a few batches per task, not one per run: on the way
     whenever MERGED_AT_ONCE files of one generation are there (a task's runs each span its whole share of the
     capture, connection after connection: a merge holds a batch of each of its files), and at the task's end into
-    one file when more than FILES_LEFT are left. Up to FILES_LEFT are left as they are: merging them is a pass over
-    every Seen of the task (bench60's two decode tasks each merged three runs, 30-48 ms of ~1.2 s), and the
-    analyses' merge takes six files in the time it takes two (42-51 ms against 43-46 ms)."""
+    one file when more than `files_left` are left. Up to `files_left` are left as they are: merging them is a pass
+    over every Seen of the task (bench60's two decode tasks each merged three runs, 30-48 ms of ~1.2 s), and the
+    analyses' merge takes six files in the time it takes two (42-51 ms against 43-46 ms). How many a task may leave
+    depends on how many tasks the run has (files_left): the analyses' merge holds a batch of every file."""
 
     # Marshalled Seens held before they are sorted and written. bench60 stages 36 MB of them: in one run at the
     # task's end its peak was 466 MB, in runs of 8 MB 370 MB.
     RUN_BYTES = 8 << 20
     MERGED_AT_ONCE = 16
-    FILES_LEFT = 4
 
-    def __init__(self, out: str, staging: str, task: str) -> None:
+    def __init__(self, out: str, staging: str, task: str, files_left: int = 1) -> None:
         self._filesystem, root = output_fs(out)
+        self._files_left = files_left
         self._stem = f"{root}/{staging}/{STAGED_NAME}/{task}"
         # The columns as they come (a task's connections one after another, not in key order): sorted by Arrow
         # when the run is written.
@@ -92,7 +93,7 @@ class StagedSeen:
         """(staged file, rows) of each file left; none when there was nothing to stage."""
         if self._seen:
             self._write_run()
-        if len(self._files) > self.FILES_LEFT:
+        if len(self._files) > self._files_left:
             self._merge(self._files)
         return [(path, rows) for path, rows, _ in self._files]
 
@@ -132,6 +133,15 @@ class StagedSeen:
         finally:
             writer.close()
         self._files.append((path, rows, generation))
+
+
+# The staged Seen files the analyses' merge takes at most, however many decode tasks there are (but one a task)
+FILES_MERGED = 8
+
+
+def files_left(tasks: int) -> int:
+    """How many staged Seen files each of a run's `tasks` decode tasks may leave unmerged."""
+    return max(1, FILES_MERGED // max(tasks, 1))
 
 
 def _in_key_order(filesystem, staged: list[str]):

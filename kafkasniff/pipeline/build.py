@@ -141,6 +141,10 @@ def build_tables(sc, files: list[CaptureFile], out: str, port_hints=(), partitio
     stats = sc.accumulator(_no_reads(), _stats_param())
     hints = frozenset(port_hints)
     staging = f"_staging-{uuid.uuid4().hex}"
+    without_shuffle = unshuffled(files)
+    parts = partitions or sc.defaultParallelism
+    if without_shuffle:
+        parts = min(parts, CONNECTION_BUCKETS)  # (a task per bucket at most: its connections go together)
 
     def decode(row_lists):
         """A decode task's facts, from its segment rows (connections.decode_segment_rows)."""
@@ -154,10 +158,10 @@ def build_tables(sc, files: list[CaptureFile], out: str, port_hints=(), partitio
         # (named by the task attempt's id, unique in the run: attempt numbers start again when a stage is re-run,
         # while the earlier attempt's task may still be writing)
         return decode_segment_rows(row_lists, names, hints, out, staging,
-                                   f"{task.partitionId():05d}-{task.taskAttemptId()}", keylog_text)
+                                   f"{task.partitionId():05d}-{task.taskAttemptId()}", keylog_text, parts)
 
     try:
-        written = _decode_and_write(sc, files, stats, decode, out, staging, partitions)
+        written = _decode_and_write(sc, files, stats, decode, out, staging, parts, without_shuffle)
     finally:
         remove_staging(out, staging)
     read = stats.value
@@ -169,15 +173,14 @@ def build_tables(sc, files: list[CaptureFile], out: str, port_hints=(), partitio
                         warnings=read["warnings"])
 
 
-def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, staging: str,
-                      partitions: int | None) -> dict[str, int]:
-    """The two jobs (see the module's docstring); returns the rows written to each table."""
-    parts = partitions or sc.defaultParallelism
+def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, staging: str, parts: int,
+                      without_shuffle: bool) -> dict[str, int]:
+    """The two jobs (see the module's docstring), the decoding in `parts` tasks, `without_shuffle` (unshuffled) or
+    through it; returns the rows written to each table."""
     first_run = sc not in _CONTEXTS_RUN  # (its Python workers yet to start)
     _CONTEXTS_RUN.add(sc)
-    if unshuffled(files):
+    if without_shuffle:
         paths = [f.name for f in files]
-        parts = min(parts, CONNECTION_BUCKETS)  # (a task per bucket at most: its connections go together)
         owners = connection_shares(paths, parts)
 
         def read_and_decode(shards):

@@ -27,7 +27,7 @@ import pyarrow as pa
 from kafkasniff.analyses.wire import plain_seen
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.engine.heap import collecting_rarely
-from kafkasniff.pipeline.analysis import AT_THE_END, STAGED_NAME, StagedSeen
+from kafkasniff.pipeline.analysis import AT_THE_END, STAGED_NAME, StagedSeen, files_left
 from kafkasniff.pipeline.reading import key_endpoints
 from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
 from kafkasniff.pipeline.writing import StagedTables
@@ -384,14 +384,15 @@ def rows_of_batches(batches):
 
 
 def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str out, str staging, str task,
-                        bytes keylog_text=b""):
+                        bytes keylog_text=b"", int tasks=1):
     """A decode task's segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted by
     (key, ts, file, index): a shuffled partition's (rows_of_batches) or a task's share of the files
     (reading.shard_rows).
     Rows of every table staged under out/staging (files named after `task`); returns the run's facts, tuples in
-    RUN_FACTS_SCHEMA's order. keylog_text: the TLS key log lines the driver read, parsed once per task."""
+    RUN_FACTS_SCHEMA's order. keylog_text: the TLS key log lines the driver read, parsed once per task; `tasks`: how
+    many decode tasks the run has (the staged Seen files each may leave: analysis.files_left)."""
     staged = StagedTables(out, staging, task)
-    staged_seen = StagedSeen(out, staging, task)
+    staged_seen = StagedSeen(out, staging, task, files_left(tasks))
     keylog = KeyLog()
     keylog.add_text(keylog_text)
     cdef list facts = []
