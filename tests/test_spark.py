@@ -40,6 +40,7 @@ from kafkasniff.pipeline.sparkenv import INSTALL_PYSPARK
 from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.session import MessageEvent
 from kafkasniff.stream.tcp import TcpReassembler
+from pcapkit import write_pcap
 
 pytest.importorskip("pyspark")
 
@@ -504,11 +505,7 @@ def test_files_are_taken_in_the_order_of_their_first_packets_whatever_their_name
     cuts = [next(at for at in range(len(packets) * share // 3, len(packets)) if tied(at)) for share in (1, 2)]
 
     def write(name: str, some) -> Path:
-        with open(tmp_path / name, "wb") as out:
-            writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=linktype)
-            for ts, frame in some:
-                writer.writepkt(frame, ts)
-        return tmp_path / name
+        return write_pcap(tmp_path / name, some, linktype)
 
     whole = write("whole.pcap", packets)
     parts = [write("c.pcap", packets[:cuts[0]]), write("b.pcap", packets[cuts[0]:cuts[1]]),
@@ -547,11 +544,7 @@ def test_overlapping_captures_that_each_missed_packets_give_decodes_answers(spar
     cut = rng.randrange(len(first) // 4, 3 * len(first) // 4)
 
     def write(name: str, some) -> Path:
-        with open(tmp_path / name, "wb") as out:
-            writer = dpkt.pcap.Writer(out, snaplen=262144, linktype=linktype)
-            for ts, frame in some:
-                writer.writepkt(frame, ts)
-        return tmp_path / name
+        return write_pcap(tmp_path / name, some, linktype)
 
     whole = write("whole.pcap", packets)
     parts = [write("a.pcap", first[:cut]), write("a.pcap1", first[cut:]), write("b.pcap", second)]
