@@ -256,21 +256,26 @@ def connection_order(facts: list[RunFact]) -> list[str]:
     for _, tied in itertools.groupby(firsts, key=lambda first: first[0]):
         tied = list(tied)
         if len(tied) > 1 and any(first[4] for first in tied):
-            held = [list(zip(copies[::2], copies[1::2])) if copies else [(file, index)]
-                    for _, file, index, _, copies in tied]
-            in_file = defaultdict(list)  # file -> (index, connection) of the first packets it holds
-            for connection, places in enumerate(held):
-                for file, index in places:
-                    in_file[file].append((index, connection))
-            after, before = [[] for _ in tied], [0] * len(tied)
-            for places in in_file.values():
-                places.sort()
-                for (_, earlier), (_, later) in zip(places, places[1:]):
-                    after[earlier].append(later)
-                    before[later] += 1
-            tied = [tied[n] for n in order_of_files([max(f for f, _ in places) for places in held], after, before)]
+            tied = _as_files_order_them(tied)
         order += [first[3] for first in tied]
     return order
+
+
+def _as_files_order_them(tied: list[tuple]) -> list[tuple]:
+    """connection_order's (first_seen, first_file, first_index, connection id, first_copies) of connections opened at
+    one time, in the order the files holding their first packets give them."""
+    held = [list(zip(copies[::2], copies[1::2])) if copies else [(file, index)] for _, file, index, _, copies in tied]
+    in_file = defaultdict(list)  # file -> (index, connection) of the first packets it holds
+    for connection, places in enumerate(held):
+        for file, index in places:
+            in_file[file].append((index, connection))
+    after, before = [[] for _ in tied], [0] * len(tied)
+    for places in in_file.values():
+        places.sort()
+        for (_, earlier), (_, later) in zip(places, places[1:]):
+            after[earlier].append(later)
+            before[later] += 1
+    return [tied[n] for n in order_of_files([max(f for f, _ in places) for places in held], after, before)]
 
 
 def _start_python_workers(sc, count: int):
