@@ -810,6 +810,45 @@ def records_staged_ten_at_a_time(tmp_path, monkeypatch):
     return out, facts, next(f for f in facts if f.table_name == "records")
 
 
+def test_staged_messages_hold_each_text_once_a_batch_and_nulls_where_decode_has_none(tmp_path, monkeypatch):
+    """A decode task stages the messages as columns (rows.MessageColumns): text dictionary-encoded, each distinct
+    value once a batch (a connection's id, endpoints and client id repeat in every message), numbers null where the
+    message has none (a request's latency, a response's expects_response), lists as lists; batch after batch."""
+    import pyarrow as pa
+
+    from kafkasniff.pipeline import writing
+
+    monkeypatch.setattr(writing.StagedTables, "ROWS_PER_GROUP", 30)
+    out = tmp_path / "tables"
+    path = Path(__file__).resolve().parents[1] / "captures" / "kafka_python_codecs.pcap"
+    facts = decoded_in_one_task(path, out)
+    staged = next(f for f in facts if f.table_name == "messages")
+    batches = list(writing.staged_batches(writing.output_fs(str(out))[0], staged.staged))
+    assert len(batches) > 1 and sum(batch.num_rows for batch in batches) == staged.rows
+    connections = {f.connection_id for f in facts if f.connection_id is not None}
+    for batch in batches:
+        ids = batch.column("connection_id")
+        assert ids.type == pa.dictionary(pa.int32(), pa.string())
+        assert len(ids.dictionary) == len(set(ids.to_pylist())) and set(ids.to_pylist()) <= connections
+        assert batch.column("kind").dictionary.to_pylist() in (["request", "response"], ["response", "request"])
+        assert batch.column("capture_files").to_pylist() == [[str(path)]] * batch.num_rows
+        for row in batch.to_pylist():
+            response = row["kind"] == "response"
+            assert (row["latency_ms"] is not None) <= response and (row["throttle_time_ms"] is None) >= (not response)
+            assert (row["expects_response"] is None) == response and (row["inferred"] is None) != response
+            assert row["malformed"] is row["malformed_offset"] is row["tls_version"] is None
+            assert row["errors"] == [] and type(row["topics"]) is list and row["size"] > 0
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    lines = CliRunner().invoke(main, ["decode", "--json", str(path)]).stdout.splitlines()
+    events = sorted((e for e in map(json.loads, lines) if "kind" in e),
+                    key=lambda e: (micros(e["ts"]), e["correlation_id"], e["kind"]))
+    assert [(r["api_name"], r["correlation_id"], r["client_id"], r["topics"], r["record_count"]) for r in
+            sorted(rows, key=lambda r: (r["ts"], r["correlation_id"], r["kind"]))] == [
+        (e["api_name"], e["correlation_id"], e["client_id"], e["topics"],
+         len(json_records(e)) if e["api_name"] in ("Produce", "Fetch") and json_records(e) else None)
+        for e in events]
+
+
 def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
     """A batch whose base offset and timestamp put its records' past 64 bits (hostile, or corrupt) once stopped the
     decode task: pyarrow cannot hold such a number. They are null in the records table; every other value stands."""

@@ -37,7 +37,7 @@ from kafkasniff.stream.analyzer import Analyzer
 from kafkasniff.stream.keylog import KeyLog
 from kafkasniff.stream.session import endpoint_text
 
-from kafkasniff.pipeline.rows cimport RecordColumns, message_row, micros
+from kafkasniff.pipeline.rows cimport MessageColumns, RecordColumns, micros
 from kafkasniff.protocol.messages cimport Message
 from kafkasniff.stream.namedtuples cimport named_tuple
 from kafkasniff.stream.session cimport KafkaConnection, MessageEvent
@@ -157,7 +157,8 @@ cdef class ConnectionDecoder:
     cdef dict tallies
     cdef _Tally current  # the 4-tuple's latest connection
     cdef object topic_resolver
-    cdef list file_names, facts, messages
+    cdef list file_names, facts
+    cdef MessageColumns messages
     cdef RecordColumns records
     cdef object out, staged_seen
 
@@ -244,9 +245,9 @@ cdef class ConnectionDecoder:
                 client_id = ev.request.message.client_id if ev.request is not None else None
             record_count = self.records.add(ev, tally.id, client_id)
             files = [self.file_names[f] for f in tally.files_between(ev.first_ts, ev.ts)]
-            topics = list(self.topic_resolver.event_topics(ev))
             src, dst = tally.sender_and_receiver(ev)
-            self.messages.append(message_row(ev, tally.id, files, src, dst, client_id, topics, record_count))
+            self.messages.add(ev, tally.id, files, src, dst, client_id, self.topic_resolver.event_topics(ev),
+                              record_count)
             read = plain_seen(ev, tally.id)
             if read is not None:
                 if position is None:

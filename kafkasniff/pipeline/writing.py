@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from kafkasniff.pipeline.inputs import is_uri
-from kafkasniff.pipeline.rows import RecordColumns, micros
+from kafkasniff.pipeline.rows import MessageColumns, RecordColumns, micros
 from kafkasniff.pipeline.tables import DECODED_TABLES, MESSAGES, RECORDS, TABLES, Table, file_schema, raw_schema
 
 _MICROS_PER_DAY = 86_400_000_000
@@ -71,15 +71,17 @@ def staged_batches(filesystem: pafs.FileSystem, path: str) -> Iterator[pa.Record
 
 
 class StagedTables:
-    """A decode task's rows of every table, gathered in `rows` (raw column order: tuples, the records as
-    rows.RecordColumns) and written out in row groups as they come, one staged file per table."""
+    """A decode task's rows of every table, gathered in `rows` (raw column order: the messages as
+    rows.MessageColumns, the records as rows.RecordColumns, the connections as tuples) and written out in row groups
+    as they come, one staged file per table."""
 
     ROWS_PER_GROUP = 16384
 
     def __init__(self, out: str, staging: str, task: str) -> None:
         self._fs, root = output_fs(out)
-        self.rows: dict[str, list[tuple] | RecordColumns] = {
-            t.name: RecordColumns(self.ROWS_PER_GROUP, self.flush) if t is RECORDS else [] for t in DECODED_TABLES}
+        self.rows: dict[str, list[tuple] | MessageColumns | RecordColumns] = {
+            t.name: RecordColumns(self.ROWS_PER_GROUP, self.flush) if t is RECORDS else
+            MessageColumns() if t is MESSAGES else [] for t in DECODED_TABLES}
         self._paths = {t.name: f"{root}/{staging}/{t.name}/{task}{STAGED_SUFFIX}" for t in DECODED_TABLES}
         self._schemas = {t.name: raw_schema(t) for t in DECODED_TABLES}
         self._writers: dict[str, StagedWriter] = {}
@@ -104,8 +106,8 @@ class StagedTables:
         return [(name, self._paths[name], self.written[name]) for name in self._writers]
 
 
-def _batch(rows: list[tuple] | RecordColumns, schema: pa.Schema) -> pa.RecordBatch:
-    if type(rows) is RecordColumns:
+def _batch(rows: list[tuple] | MessageColumns | RecordColumns, schema: pa.Schema) -> pa.RecordBatch:
+    if type(rows) is not list:
         return rows.batch(schema)
     # tuples as a struct array: pyarrow converts them in one pass, where a list per column costs a zip first (a
     # third of the time the rows took to make)
