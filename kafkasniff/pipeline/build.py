@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from kafkasniff.capture.files import CONNECTION_BUCKETS, GZIP_MAGIC
+from kafkasniff.engine.heap import collecting_rarely
 from kafkasniff.pipeline.analysis import STAGED_NAME
 from kafkasniff.pipeline.connections import RUN_FACTS_DDL, RUN_FACTS_SCHEMA, order_of_files
 from kafkasniff.pipeline.inputs import CaptureFile
@@ -161,7 +162,10 @@ def build_tables(sc, files: list[CaptureFile], out: str, port_hints=(), partitio
                                    f"{task.partitionId():05d}-{task.taskAttemptId()}", keylog_text, parts)
 
     try:
-        written = _decode_and_write(sc, files, stats, decode, out, staging, parts, without_shuffle)
+        # (the driver's collections: a pass over every generation walks pyspark's and py4j's objects, 12-37 ms, about
+        # one bench60 run in two, between the jobs where it holds up both)
+        with collecting_rarely():
+            written = _decode_and_write(sc, files, stats, decode, out, staging, parts, without_shuffle)
     finally:
         remove_staging(out, staging)
     read = stats.value
