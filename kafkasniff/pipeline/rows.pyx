@@ -18,7 +18,6 @@ from libc.stdint cimport int32_t
 
 from array import array
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -182,7 +181,8 @@ cdef class _Numbers:
 
     cdef object array(self, arrow_type):
         count = len(self.valid)
-        validity = _bitmap(self.valid) if self.nulls else None
+        validity = _where(pc.not_equal(pa.Array.from_buffers(pa.int8(), count, [None, pa.py_buffer(self.valid)]), 0)
+                          ) if self.nulls else None
         if pa.types.is_boolean(arrow_type):
             return pa.Array.from_buffers(pa.uint8(), count, [validity, pa.py_buffer(self.values)]).cast(arrow_type)
         return pa.Array.from_buffers(arrow_type, count, [validity, pa.py_buffer(self.values)])
@@ -222,11 +222,10 @@ cdef class _Texts:
     cdef object array(self, bint dictionary):
         """The column dictionary-encoded, or as plain text."""
         count = len(self.at)
-        valid = None
-        if self.nulls:
-            valid = pc.greater_equal(pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(self.at)]), 0)
-        indices = pa.Array.from_buffers(pa.int32(), count, [None if valid is None else valid.buffers()[1],
-                                                            pa.py_buffer(self.at)])
+        at = pa.py_buffer(self.at)
+        validity = _where(pc.greater_equal(pa.Array.from_buffers(pa.int32(), count, [None, at]), 0)) if self.nulls \
+            else None
+        indices = pa.Array.from_buffers(pa.int32(), count, [validity, at])
         distinct = pa.array(self.values, pa.string())
         return pa.DictionaryArray.from_arrays(indices, distinct) if dictionary else distinct.take(indices)
 
@@ -243,9 +242,10 @@ cdef inline void _append_int64(carray.array values, long long value) except *:
     values.data.as_longlongs[n] = value
 
 
-cdef object _bitmap(object valid):
-    """Arrow's validity bitmap of a 0/1 byte per row."""
-    return pa.py_buffer(np.packbits(np.frombuffer(valid, np.uint8), bitorder="little"))
+cdef object _where(flags):
+    """The validity bitmap of the rows where `flags` (a boolean array, fresh from a compute function: no nulls, no
+    offset) is true."""
+    return flags.buffers()[1]
 
 
 # Records a message hands on at a time (the walker's chunks): a few KB of compressed records can be millions.
