@@ -849,6 +849,29 @@ def test_staged_messages_hold_each_text_once_a_batch_and_nulls_where_decode_has_
         for e in events]
 
 
+def test_a_connection_s_client_ids_are_its_requests_null_ones_too(tmp_path):
+    """The connections table lists a connection's client ids as its requests give them, in order of first use: a
+    request whose client id is null (the protocol allows it; a corrupt header reads so too) is one of them, as the
+    messages table and `decode --json` show it, not left out."""
+    import pyarrow as pa
+    from pcapkit import TcpConversation, write_pcap
+
+    from kafkasniff.pipeline import writing
+    from kafkasniff.protocol.encoder import encode_request
+
+    conversation = TcpConversation(("10.9.0.1", 40000), ("10.9.0.2", 9092))
+    for correlation_id, client_id in enumerate(["first", None, "first", "second", None]):
+        conversation.send(True, encode_request(18, 2, correlation_id, client_id, {}))
+    path = write_pcap(tmp_path / "ids.pcap", conversation.close())
+    out = tmp_path / "tables"
+    staged = next(f for f in decoded_in_one_task(path, out) if f.table_name == "connections")
+    rows = pa.Table.from_batches(writing.staged_batches(writing.output_fs(str(out))[0], staged.staged)).to_pylist()
+    assert [row["client_ids"] for row in rows] == [["first", None, "second"]]
+    lines = CliRunner().invoke(main, ["decode", "--json", str(path)]).stdout.splitlines()
+    assert [e["client_id"] for e in map(json.loads, lines) if e.get("kind") == "request"] == [
+        "first", None, "first", "second", None]
+
+
 def test_records_past_64_bits_are_null_and_their_table_is_written(tmp_path):
     """A batch whose base offset and timestamp put its records' past 64 bits (hostile, or corrupt) once stopped the
     decode task: pyarrow cannot hold such a number. They are null in the records table; every other value stands."""

@@ -237,8 +237,7 @@ cdef class ConnectionDecoder:
             m = ev.message
             if m.kind == "request":
                 tally.requests += 1
-                if m.client_id is not None:
-                    tally.client_ids[m.client_id] = None
+                tally.client_ids[m.client_id] = None  # (null too: the request's header said null, or was cut short)
                 client_id = m.client_id
             else:
                 tally.responses += 1

@@ -124,7 +124,8 @@ CONNECTIONS = Table("connections", "first_seen", (
                                     "tells; null for plaintext"),
     Column("tls_cipher", "string", "TLS connections: the cipher suite (IANA name) when known; null for plaintext"),
     Column("handshake", "boolean", "The TCP handshake was captured (else the capture started mid-connection)"),
-    Column("client_ids", "array<string>", "Client ids of its requests, in order of first use"),
+    Column("client_ids", "array<string>", "Client ids of its requests, in order of first use (null for a request "
+                                          "whose client id is null, or was not read: a malformed header)"),
     Column("requests", "bigint", "Kafka requests"),
     Column("responses", "bigint", "Kafka responses"),
     Column("packets", "bigint", "TCP segments (late retransmissions after the close excluded)"),
