@@ -22,6 +22,7 @@ from kafkasniff.stream.tcp import (
     B_TO_A,
     BOTH,
     END_CAPTURE,
+    END_CROWDED,
     END_FIN,
     END_PORT_REUSED,
     END_RST,
@@ -627,3 +628,24 @@ def test_idle_connections_are_ended_so_the_table_stays_bounded():
     assert [(e.conn.stream, e.direction, e.reason) for e in ends] == [(0, BOTH, "idle")]
     assert 900.0 < ends[0].ts <= 1000.0
     assert reassembler.open_connections == 1
+
+
+def test_connections_that_carry_no_byte_are_crowded_out_the_oldest_first():
+    """A SYN flood (or a port scan) opens a connection a packet, each held until the idle timeout: beyond
+    max_empty_connections of them open, the oldest are ended (END_CROWDED), not remembered as closed. A connection
+    that carried a byte is never crowded out: its response, after the flood, comes on the same connection."""
+    reassembler = TcpReassembler(max_empty_connections=100)
+    events = reassembler.feed(seg(CLIENT, 1000, b"request", ts=0.0))
+    flood = [TcpSegment(0.001 * n, "10.0.1.1", 1024 + n, *SERVER, n, 0, SYN, b"", 0) for n in range(1, 1001)]
+    for syn in flood:
+        events += reassembler.feed(syn)
+        assert reassembler.open_connections <= 101
+    events += reassembler.feed(seg(SERVER, 5000, b"response", ts=2.0))
+    ended = [e for e in events if type(e) is StreamEnd]
+    assert [(e.conn.stream, e.reason) for e in ended] == [(n, END_CROWDED) for n in range(1, 901)]
+    assert [(e.conn.stream, e.direction, e.data) for e in events if type(e) is StreamData] == [
+        (0, A_TO_B, b"request"), (0, B_TO_A, b"response")]
+    # a crowded-out connection that sends bytes later is a connection captured from its middle, not late bytes
+    late = reassembler.feed(TcpSegment(3.0, "10.0.1.1", 1025, *SERVER, 2, 0, ACK, b"late", 0))
+    assert [type(e) for e in late] == [ConnectionOpened, StreamData] and late[1].data == b"late"
+    assert reassembler.open_connections == 102

@@ -22,7 +22,7 @@ DATA, OPENED, GAP, ENDED, LATE, TICK = range(6)
 cdef int _DATA = DATA, _OPENED = OPENED, _GAP = GAP, _ENDED = ENDED, _LATE = LATE, _TICK = TICK
 cdef int _BOTH = tcp.BOTH
 # Why a connection ended (tcp.END_*), sent as its index: a session says it of the requests without a response.
-END_REASONS = (tcp.END_FIN, tcp.END_RST, tcp.END_CAPTURE, tcp.END_PORT_REUSED, tcp.END_IDLE)
+END_REASONS = (tcp.END_FIN, tcp.END_RST, tcp.END_CAPTURE, tcp.END_PORT_REUSED, tcp.END_IDLE, tcp.END_CROWDED)
 END = 1 << 62  # the number of what a worker renders once all is rendered, and the watermark of its last reply
 cdef long long _END = END
 cdef enum:

@@ -33,7 +33,8 @@ from kafkasniff.protocol.quirks cimport _CONTROLLED_SHUTDOWN, _SASL_HANDSHAKE, e
 from kafkasniff.protocol.schema import apis, message_variant
 from kafkasniff.stream.framing import DEFAULT_MAX_FRAME, MIN_FRAME, Frame, Skipped
 from kafkasniff.stream.framing cimport Plausibility, int16_at, int32_at
-from kafkasniff.stream.tcp import END_CAPTURE, END_FIN, END_IDLE, END_PORT_REUSED, END_RST, Endpoint
+from kafkasniff.stream.tcp import (END_CAPTURE, END_CROWDED, END_FIN, END_IDLE, END_PORT_REUSED, END_RST,
+                                   Endpoint)
 from kafkasniff.stream.tlsrecord import starts_tls
 
 CLIENT_TO_SERVER, SERVER_TO_CLIENT = "c2s", "s2c"
@@ -56,7 +57,8 @@ NAMED_UNANSWERED = 5
 # connection was open is expected of a long poll (a Fetch waiting for records), the connection's own end is not.
 _ENDED = {END_FIN: "when the connection ended", END_RST: "when the connection ended",
           END_PORT_REUSED: "when the connection ended", END_CAPTURE: "when the capture ended",
-          END_IDLE: "when the connection was given up as idle"}
+          END_IDLE: "when the connection was given up as idle",
+          END_CROWDED: "when the connection was crowded out"}  # (one that carried no byte: it has none)
 INFERENCE_BUDGET = 64  # see ResponseFrames
 # Distinct (API key, version)s of requests remembered per connection (Session.requests_sent), to infer a response
 # whose request was lost: a client sends a few dozen kinds at most (one version per API once it has negotiated), so

@@ -39,6 +39,12 @@ END_RST = "rst"
 END_CAPTURE = "capture end"
 END_PORT_REUSED = "port reused"
 END_IDLE = "idle"
+END_CROWDED = "crowded out"
+# Connections that have not carried a byte (a SYN, a handshake) kept open at most: beyond, the oldest are ended
+# (END_CROWDED). A SYN flood or a port scan opens one a packet, each ~1.2 KB held until the idle timeout: 300,000
+# SYNs held 360 MB. A connection with bytes is never crowded out; one crowded out is not remembered as closed (it
+# had no stream to be late to): bytes it sends later open a connection captured from its middle.
+MAX_EMPTY_CONNECTIONS = 16_384
 
 cdef long long SEQ_MOD = 1LL << 32
 cdef long long SEQ_HALF = 1LL << 31
@@ -82,7 +88,7 @@ class Gap(NamedTuple):
 class StreamEnd(NamedTuple):
     conn: TcpConnection
     direction: int  # A_TO_B, B_TO_A or BOTH
-    reason: str  # END_FIN, END_RST, END_CAPTURE, END_PORT_REUSED or END_IDLE
+    reason: str  # END_FIN, END_RST, END_CAPTURE, END_PORT_REUSED, END_IDLE or END_CROWDED
     ts: float
 
 
@@ -128,6 +134,8 @@ cdef class _ConnectionState:
     cdef double last_seen
     cdef bint reset  # a RST came while bytes before it were still missing: ends once they came
     cdef double reset_at
+    cdef bint carried  # a byte (or a known missing one) came in either direction
+    cdef bint finished
 
     def __cinit__(self, conn, tuple keys):
         self.conn = conn
@@ -157,6 +165,9 @@ cdef class TcpReassembler:
     cdef long long _next_stream
     cdef double _now
     cdef dict _waiting  # connections holding out-of-order bytes
+    cdef object _empty  # deque of the connections opened, the oldest first, while they may not have carried a byte
+    cdef long long _empty_open  # how many of them are open and have not
+    cdef readonly long long max_empty_connections
     cdef double _sweep_every, _next_sweep, _next_idle_sweep
 
     def __init__(
@@ -165,6 +176,7 @@ cdef class TcpReassembler:
         double max_wait=10.0,
         double closed_linger=60.0,
         double idle_timeout=900.0,
+        long long max_empty_connections=MAX_EMPTY_CONNECTIONS,
     ):
         self.max_buffered_bytes = max_buffered_bytes
         self.max_wait = max_wait
@@ -176,6 +188,9 @@ cdef class TcpReassembler:
         self._next_stream = 0
         self._now = 0.0
         self._waiting = {}
+        self._empty = deque()
+        self._empty_open = 0
+        self.max_empty_connections = max(1, max_empty_connections)
         self._sweep_every = min(1.0, max_wait)
         self._next_sweep = 0.0
         # Connections silent this long (capture time) are ended, so a long capture's table holds only
@@ -242,6 +257,9 @@ cdef class TcpReassembler:
                 self._reset(state, direction, seq, seg.ack if flags & F_ACK else None, events)
             return events
         size = len(payload)
+        if (size or missing) and not state.carried:
+            state.carried = True
+            self._empty_open -= 1
         if size or missing or flags & F_FIN:
             if half.base == NO_SEQ:  # a bare ACK would not tell where the stream starts
                 half.base = seq
@@ -307,6 +325,12 @@ cdef class TcpReassembler:
         return events
 
     cdef tuple _open(self, tuple key, seg, list events):
+        cdef _ConnectionState oldest
+        cdef tuple segment = <tuple>seg
+        while self._empty_open >= self.max_empty_connections and not (segment[8] or segment[9]):  # (bytes: not empty)
+            oldest = self._empty.popleft()
+            if not oldest.carried and not oldest.finished:
+                self._finish(oldest, END_CROWDED, events)
         sender, receiver = named_tuple(Endpoint, (seg.src, seg.sport)), named_tuple(Endpoint, (seg.dst, seg.dport))
         cdef int flags = seg.flags
         client = None
@@ -323,6 +347,11 @@ cdef class TcpReassembler:
         self._table[keys[0]] = (state, A_TO_B)
         self._closed.pop(key, None)
         self._closed.pop(reverse, None)
+        self._empty.append(state)
+        self._empty_open += 1
+        if len(self._empty) > 2 * self._empty_open + 1024:  # (most opened since carried bytes, or ended)
+            self._empty = deque(one for one in self._empty if not (<_ConnectionState>one).carried
+                                and not (<_ConnectionState>one).finished)
         events.append(named_tuple(ConnectionOpened, (conn, client, seg.ts)))
         return state, (A_TO_B if a == sender else B_TO_A)
 
@@ -460,8 +489,11 @@ cdef class TcpReassembler:
 
     cdef void _finish(self, _ConnectionState state, str reason, list events):
         """End the connection: give up on its holes, report it ended, drop it from the table."""
-        if state.keys[0] not in self._table:
+        if state.finished:
             return
+        state.finished = True
+        if not state.carried:
+            self._empty_open -= 1
         conn, now = state.conn, self._now
         cdef _HalfStream half
         cdef int direction
@@ -488,8 +520,9 @@ cdef class TcpReassembler:
             if direction == B_TO_A and key == state.keys[A_TO_B]:
                 break  # an endpoint connected to itself: its one key is gone already
             del self._table[key]
-            self._closed[key] = (now, conn, direction, half.base, half.next)
-            self._closed_order.append((now, key))
+            if reason != END_CROWDED:
+                self._closed[key] = (now, conn, direction, half.base, half.next)
+                self._closed_order.append((now, key))
         self._forget_old_closed(now)
 
     cdef void _forget_old_closed(self, double now):
