@@ -45,6 +45,11 @@ END_CROWDED = "crowded out"
 # SYNs held 360 MB. A connection with bytes is never crowded out; one crowded out is not remembered as closed (it
 # had no stream to be late to): bytes it sends later open a connection captured from its middle.
 MAX_EMPTY_CONNECTIONS = 16_384
+# Ended connections' 4-tuples remembered for closed_linger, at most (two a connection): a port scan answered by
+# RSTs ends a connection a packet, and 300,000 remembered for the minute took 347 MB. Beyond, the oldest are
+# forgotten (the last 32,768 connections ended are remembered, while they linger: a late ACK comes within
+# milliseconds of its connection's end): a late segment of one opens a connection.
+MAX_CLOSED_REMEMBERED = 65_536
 
 cdef long long SEQ_MOD = 1LL << 32
 cdef long long SEQ_HALF = 1LL << 31
@@ -527,7 +532,7 @@ cdef class TcpReassembler:
 
     cdef void _forget_old_closed(self, double now):
         order, closed = self._closed_order, self._closed
-        while order and now - order[0][0] > self.closed_linger:
+        while order and (now - order[0][0] > self.closed_linger or len(order) > MAX_CLOSED_REMEMBERED):
             ended_at, key = order.popleft()
             remembered = closed.get(key)  # (gone when the 4-tuple opened again since)
             if remembered is not None and remembered[0] == ended_at:  # not closed again since
