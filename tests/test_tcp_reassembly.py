@@ -649,3 +649,24 @@ def test_connections_that_carry_no_byte_are_crowded_out_the_oldest_first():
     late = reassembler.feed(TcpSegment(3.0, "10.0.1.1", 1025, *SERVER, 2, 0, ACK, b"late", 0))
     assert [type(e) for e in late] == [ConnectionOpened, StreamData] and late[1].data == b"late"
     assert reassembler.open_connections == 102
+
+
+def test_beyond_the_open_connections_allowed_those_with_fewest_bytes_are_crowded_out():
+    """Connections that carried bytes too are kept open up to max_open_connections: beyond, a sixteenth of the limit
+    (at least one) are crowded out, those that carried the fewest bytes, then those seen least recently (a flood of
+    connections that each send a few bytes does not push out the established ones); bytes one sends later open a
+    connection."""
+    reassembler = TcpReassembler(max_open_connections=4)
+    clients = [("10.0.2.1", 2000 + n) for n in range(6)]
+    events = reassembler.feed(TcpSegment(0.0, *clients[0], *SERVER, 1, 0, ACK, b"established", 0))
+    for n, client in enumerate(clients[1:4], 1):
+        events += reassembler.feed(TcpSegment(float(n), *client, *SERVER, 1, 0, ACK, b"hi", 0))
+    events += reassembler.feed(TcpSegment(4.0, *clients[1], *SERVER, 3, 0, ACK, b"!", 0))  # 1 seen lately
+    for n, client in enumerate(clients[4:], 5):
+        events += reassembler.feed(TcpSegment(float(n), *client, *SERVER, 1, 0, ACK, b"hi", 0))
+    assert [(e.conn.a.port, e.reason) for e in events if type(e) is StreamEnd and e.direction == BOTH] == [
+        (2002, END_CROWDED), (2003, END_CROWDED)]
+    assert reassembler.open_connections == 4
+    later = reassembler.feed(TcpSegment(7.0, *clients[2], *SERVER, 3, 0, ACK, b"later", 0))
+    assert [type(e) for e in later] == [StreamEnd, ConnectionOpened, StreamData] and later[-1].data == b"later"
+    assert later[0].conn.a.port == 2004

@@ -42,9 +42,14 @@ END_IDLE = "idle"
 END_CROWDED = "crowded out"
 # Connections that have not carried a byte (a SYN, a handshake) kept open at most: beyond, the oldest are ended
 # (END_CROWDED). A SYN flood or a port scan opens one a packet, each ~1.2 KB held until the idle timeout: 300,000
-# SYNs held 360 MB. A connection with bytes is never crowded out; one crowded out is not remembered as closed (it
-# had no stream to be late to): bytes it sends later open a connection captured from its middle.
+# SYNs held 360 MB. A connection crowded out is not remembered as closed: bytes it sends later open a connection
+# captured from its middle (decoded from there), rather than being late (said, not decoded).
 MAX_EMPTY_CONNECTIONS = 16_384
+# Connections kept open at most, bytes or not: beyond, a sixteenth of them are crowded out, those that carried the
+# fewest bytes, then those seen least recently. Each holds its session (~3.3 KB for one that sent a few bytes:
+# 100,000 held 386 MB until they idled out). A capture of more at once is hostile (a flood of connections that each
+# send a few bytes, among which the established ones are kept), or a busy hub's.
+MAX_OPEN_CONNECTIONS = 65_536
 # Ended connections' 4-tuples remembered for closed_linger, at most (two a connection): a port scan answered by
 # RSTs ends a connection a packet, and 300,000 remembered for the minute took 347 MB. Beyond, the oldest are
 # forgotten (the last 32,768 connections ended are remembered, while they linger: a late ACK comes within
@@ -172,7 +177,8 @@ cdef class TcpReassembler:
     cdef dict _waiting  # connections holding out-of-order bytes
     cdef object _empty  # deque of the connections opened, the oldest first, while they may not have carried a byte
     cdef long long _empty_open  # how many of them are open and have not
-    cdef readonly long long max_empty_connections
+    cdef readonly long long max_empty_connections, max_open_connections
+    cdef long long _open_count
     cdef double _sweep_every, _next_sweep, _next_idle_sweep
 
     def __init__(
@@ -182,6 +188,7 @@ cdef class TcpReassembler:
         double closed_linger=60.0,
         double idle_timeout=900.0,
         long long max_empty_connections=MAX_EMPTY_CONNECTIONS,
+        long long max_open_connections=MAX_OPEN_CONNECTIONS,
     ):
         self.max_buffered_bytes = max_buffered_bytes
         self.max_wait = max_wait
@@ -196,6 +203,8 @@ cdef class TcpReassembler:
         self._empty = deque()
         self._empty_open = 0
         self.max_empty_connections = max(1, max_empty_connections)
+        self.max_open_connections = max(1, max_open_connections)
+        self._open_count = 0
         self._sweep_every = min(1.0, max_wait)
         self._next_sweep = 0.0
         # Connections silent this long (capture time) are ended, so a long capture's table holds only
@@ -336,6 +345,8 @@ cdef class TcpReassembler:
             oldest = self._empty.popleft()
             if not oldest.carried and not oldest.finished:
                 self._finish(oldest, END_CROWDED, events)
+        if self._open_count >= self.max_open_connections:
+            self._crowd_out(events)
         sender, receiver = named_tuple(Endpoint, (seg.src, seg.sport)), named_tuple(Endpoint, (seg.dst, seg.dport))
         cdef int flags = seg.flags
         client = None
@@ -354,6 +365,7 @@ cdef class TcpReassembler:
         self._closed.pop(reverse, None)
         self._empty.append(state)
         self._empty_open += 1
+        self._open_count += 1
         if len(self._empty) > 2 * self._empty_open + 1024:  # (most opened since carried bytes, or ended)
             self._empty = deque(one for one in self._empty if not (<_ConnectionState>one).carried
                                 and not (<_ConnectionState>one).finished)
@@ -497,6 +509,7 @@ cdef class TcpReassembler:
         if state.finished:
             return
         state.finished = True
+        self._open_count -= 1
         if not state.carried:
             self._empty_open -= 1
         conn, now = state.conn, self._now
@@ -529,6 +542,16 @@ cdef class TcpReassembler:
                 self._closed[key] = (now, conn, direction, half.base, half.next)
                 self._closed_order.append((now, key))
         self._forget_old_closed(now)
+
+    cdef void _crowd_out(self, list events):
+        """End a sixteenth of the limit of open connections (at least one), those that carried the fewest bytes, then
+        those seen least recently: a sort of them all for each sixteenth of the limit opened, not a structure kept
+        in order at every packet."""
+        cdef _ConnectionState state
+        crowded = sorted((state for state, direction in self._table.values() if direction == A_TO_B),
+                         key=_bytes_then_last_seen)[:max(1, self.max_open_connections // 16)]
+        for state in crowded:
+            self._finish(state, END_CROWDED, events)
 
     cdef void _forget_old_closed(self, double now):
         order, closed = self._closed_order, self._closed
@@ -563,3 +586,7 @@ cdef void _report_late(conn, int direction, long long base, long long end, long 
 
 def _stream_number(_ConnectionState state):
     return state.conn.stream
+
+
+def _bytes_then_last_seen(_ConnectionState state):
+    return state.a_to_b.next + state.b_to_a.next, state.last_seen, state.conn.stream
