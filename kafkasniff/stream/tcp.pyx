@@ -178,7 +178,6 @@ cdef class TcpReassembler:
     cdef object _empty  # deque of the connections opened, the oldest first, while they may not have carried a byte
     cdef long long _empty_open  # how many of them are open and have not
     cdef readonly long long max_empty_connections, max_open_connections
-    cdef long long _open_count
     cdef double _sweep_every, _next_sweep, _next_idle_sweep
 
     def __init__(
@@ -204,7 +203,6 @@ cdef class TcpReassembler:
         self._empty_open = 0
         self.max_empty_connections = max(1, max_empty_connections)
         self.max_open_connections = max(1, max_open_connections)
-        self._open_count = 0
         self._sweep_every = min(1.0, max_wait)
         self._next_sweep = 0.0
         # Connections silent this long (capture time) are ended, so a long capture's table holds only
@@ -340,12 +338,11 @@ cdef class TcpReassembler:
 
     cdef tuple _open(self, tuple key, seg, list events):
         cdef _ConnectionState oldest
-        cdef tuple segment = <tuple>seg
-        while self._empty_open >= self.max_empty_connections and not (segment[8] or segment[9]):  # (bytes: not empty)
+        while self._empty_open >= self.max_empty_connections and not (seg.payload or seg.missing):  # (else not empty)
             oldest = self._empty.popleft()
             if not oldest.carried and not oldest.finished:
                 self._finish(oldest, END_CROWDED, events)
-        if self._open_count >= self.max_open_connections:
+        if self.open_connections >= self.max_open_connections:
             self._crowd_out(events)
         sender, receiver = named_tuple(Endpoint, (seg.src, seg.sport)), named_tuple(Endpoint, (seg.dst, seg.dport))
         cdef int flags = seg.flags
@@ -365,7 +362,6 @@ cdef class TcpReassembler:
         self._closed.pop(reverse, None)
         self._empty.append(state)
         self._empty_open += 1
-        self._open_count += 1
         if len(self._empty) > 2 * self._empty_open + 1024:  # (most opened since carried bytes, or ended)
             self._empty = deque(one for one in self._empty if not (<_ConnectionState>one).carried
                                 and not (<_ConnectionState>one).finished)
@@ -509,7 +505,6 @@ cdef class TcpReassembler:
         if state.finished:
             return
         state.finished = True
-        self._open_count -= 1
         if not state.carried:
             self._empty_open -= 1
         conn, now = state.conn, self._now
