@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import datetime
 import gzip
+import heapq
 import json
 import os
 import math
@@ -554,6 +555,37 @@ def test_overlapping_captures_that_each_missed_packets_give_decodes_answers(spar
     assert_messages_and_connections_equal_decode(read_tables(spark, out), whole)
 
 
+@pytest.mark.parametrize("through", ["each task reading every file", "the shuffle"])
+def test_a_capture_whose_clock_steps_back_gives_decodes_answers(spark, tmp_path, monkeypatch, through):
+    """A capture whose clock was stepped back (NTP) mid-way: from two fifths of its packets on, each is half the
+    capture's span earlier, so the connections open across the step have packets whose times go back. Given alone,
+    the tables equal what `decode --json` (and `groups`, `lag`) says of it, in the file's order; cut in three at the
+    step and after it, what they say of the files merged as mergecap merges them (the file whose next packet is the
+    earliest goes next: the files after the step start before the first). Sorted by the packets' own times, the
+    connections across the step were each decoded as two, and every later stream number was off."""
+    if through == "the shuffle":
+        monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 0)
+    linktype, packets, segments = read_segments(port_reuse_capture(tmp_path))
+    step, cut = len(packets) * 2 // 5, len(packets) * 7 // 10
+    back = (packets[-1][0] - packets[0][0]) / 2
+    stepped = packets[:step] + [(ts - back, frame) for ts, frame in packets[step:]]
+    across = {connection_key(s) for s in segments[:step]} & {connection_key(s) for s in segments[step:]}
+    assert len(across) >= 2 and stepped[step][0] < stepped[step - 1][0]
+    whole = write_pcap(tmp_path / "stepped.pcap", stepped, linktype)
+    pieces = [stepped[:step], stepped[step:cut], stepped[cut:]]
+    parts = [write_pcap(tmp_path / f"stepped.pcap{n}", piece, linktype) for n, piece in enumerate(pieces)]
+    in_merge = list(heapq.merge(*pieces, key=lambda packet: packet[0]))
+    assert in_merge != stepped
+    merged = write_pcap(tmp_path / "merged.pcap", in_merge, linktype)
+    for inputs, reference in (([whole], whole), (parts, merged)):
+        out = tmp_path / f"tables{len(inputs)}"
+        result = CliRunner().invoke(main, ["spark", *map(str, inputs), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert_messages_and_connections_equal_decode(read_tables(spark, out), reference)
+        groups, _ = assert_analysed_tables_equal_the_commands(out, [str(reference)])
+        assert {row["group_id"] for row in groups} == {"kafkasniff-group"}
+
+
 @pytest.mark.parametrize("second_misses", [0, 1])
 def test_thousands_of_packets_of_one_time_in_two_files_are_ordered_in_linear_time(tmp_path, second_misses):
     """Hostile input: a connection's 60,000 segments, all of one time, in each of two files (the same packets; or the
@@ -567,7 +599,7 @@ def test_thousands_of_packets_of_one_time_in_two_files_are_ordered_in_linear_tim
     from kafkasniff.pipeline.connections import decode_segment_rows
 
     key, count = "10.0.0.1 40000 10.0.0.2 9092", 60_000
-    rows = [[(key, 5.0, file, index, True, 1000 + 10 * index, 1, 0x18, b"0123456789", 0)
+    rows = [[(key, 5.0, file, index, True, 1000 + 10 * index, 1, 0x18, b"0123456789", 0, 5.0)
              for index in range(second_misses if file else 0, count)] for file in (0, 1)]
     started = time.monotonic()
     facts = decode_segment_rows(rows, ["a.pcap", "b.pcap"], frozenset(), str(tmp_path), "_staging", "t0")
@@ -707,8 +739,8 @@ def test_a_file_read_by_two_tasks_is_reported_once_and_its_segments_split_betwee
 
 def test_each_tasks_share_of_the_files_comes_in_the_shuffles_order(tmp_path, monkeypatch):
     """Without the shuffle, each task's segments (reading.shard_rows) come as a shuffled partition's would: sorted
-    by (key, time, file, index), each connection in one task only, every segment of the files in some task, when
-    packet times go back inside a file and a second file overlaps the first in time."""
+    by (key, time reached, file, index), each connection in one task only, every segment of the files in some task,
+    when packet times go back inside a file and a second file overlaps the first in time."""
     _, packets, _ = read_segments(port_reuse_capture(tmp_path))
     stepped = [(ts - 0.5 if i % 7 == 3 else ts, frame) for i, (ts, frame) in enumerate(packets)]
     files = [tmp_path / "stepped.pcap", tmp_path / "overlapping.pcap"]
@@ -727,7 +759,7 @@ def test_each_tasks_share_of_the_files_comes_in_the_shuffles_order(tmp_path, mon
               for shard in range(3)]
     assert all(shares) and sorted(row for share in shares for row in share) == every
     for share in shares:
-        assert share == sorted(share, key=lambda row: row[:4])
+        assert share == sorted(share, key=lambda row: (row[0], row[10], row[2], row[3]))
     keys = [{row[0] for row in share} for share in shares]
     assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
     times = defaultdict(list)  # each connection's times in the order read (file, index)

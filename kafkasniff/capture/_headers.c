@@ -5,16 +5,19 @@
  *
  * parse_frame(frame, linktype, ts, wire_len) -> TcpSegment, or the reason it holds none (str)
  * scan_pcap(buf, big_endian, record_header_len, units, linktype, max_record, skipped, parse[, shard, owners,
- *           counts])
- *     -> (items, records, pos, bad_caplen): the whole records at the start of buf, parsed into
- *     TcpSegments (parse true; frames without one are counted in the dict `skipped`) or as
+ *           counts, clock])
+ *     -> (items, records, pos, bad_caplen, reached): the whole records at the start of buf, parsed
+ *     into TcpSegments (parse true; frames without one are counted in the dict `skipped`) or as
  *     (ts, linktype, frame, wire_len) tuples; how many records that was; pos where the first
  *     incomplete record starts; bad_caplen is None, or the length a record at pos claims
  *     beyond max_record. With `owners` (a 16-bit share per connection bucket), the segments of
  *     other shards' connections are None; with `counts` (a writable 64-bit count per bucket),
  *     no items are made and each TCP frame's captured bytes are added to its bucket's count.
- * scan_pcapng(buf, big_endian, interfaces, max_record, skipped, parse[, shard, owners, counts])
- *     -> (items, records, pos, at_block): the whole packet blocks (enhanced, simple, obsolete) at
+ *     With `clock` (one writable native double, kept from scan to scan of a file: the latest
+ *     time of any record so far), `reached` is None when no item was made behind the clock, else
+ *     bytes holding the clock's time at each item (native doubles); without, it is None.
+ * scan_pcapng(buf, big_endian, interfaces, max_record, skipped, parse[, shard, owners, counts, clock])
+ *     -> (items, records, pos, at_block, reached): the whole packet blocks (enhanced, simple, obsolete) at
  *     the start of buf, made as scan_pcap makes records; `interfaces` holds (linktype, units per
  *     second, offset in seconds), or None, per interface of the section. Blocks whose packet cannot
  *     be read are counted in `skipped`. pos is where the scan stopped: at_block false when buf holds
@@ -308,6 +311,75 @@ typedef struct {
 
 static const Share EVERY_CONNECTION;  /* (all zero) */
 
+/* The capture time a file has reached while it is read: the latest time of any of its records so far (a record's
+ * own time goes back when the capture's clock is stepped back). Files merged by time, as mergecap merges them (the
+ * file whose next record has the least time goes next), give their records in the order of the times reached
+ * (then file, then place in it), and a single file in its own order: the pipeline sorts by it (reading.pyx). A scan
+ * with a clock notes its time at each item made, and hands the notes over only when some item was behind it. */
+typedef struct {
+    Py_buffer view;      /* one native double, writable, kept between a file's scans; view.obj NULL: no clock */
+    double reached;
+    double *at_items;    /* the clock's time at each item made */
+    Py_ssize_t items, capacity;
+    int behind;          /* some item was made behind the clock */
+} Clock;
+
+/* The scan's optional clock argument (None: none) as its Clock: 0, or -1 with an exception set. */
+static int clock_from(Clock *clock, PyObject *given) {
+    memset(clock, 0, sizeof *clock);
+    if (given == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(given, &clock->view, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (clock->view.len != (Py_ssize_t)sizeof(double)) {
+        PyErr_SetString(PyExc_ValueError, "clock must hold one native double");
+        return -1;
+    }
+    memcpy(&clock->reached, clock->view.buf, sizeof clock->reached);
+    return 0;
+}
+
+static inline void clock_passes(Clock *clock, double ts) {
+    if (clock != NULL && ts > clock->reached)  /* (NaN never moves it) */
+        clock->reached = ts;
+}
+
+/* Notes the clock's time at an item made of a record of time ts: 0, or -1 with an exception set. */
+static int clock_note(Clock *clock, double ts) {
+    if (clock == NULL || clock->view.obj == NULL)
+        return 0;
+    if (clock->items == clock->capacity) {
+        Py_ssize_t more = clock->capacity ? 2 * clock->capacity : 1024;
+        double *grown = PyMem_Realloc(clock->at_items, (size_t)more * sizeof *grown);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        clock->at_items = grown;
+        clock->capacity = more;
+    }
+    clock->at_items[clock->items++] = clock->reached;
+    if (ts < clock->reached)
+        clock->behind = 1;
+    return 0;
+}
+
+/* Ends a scan's Clock: its time kept for the next scan (scanned true: the scan went through); returns the scan's
+ * `reached` (a new reference), or NULL with an exception set. */
+static PyObject *clock_done(Clock *clock, int scanned) {
+    PyObject *reached = Py_None;
+    if (clock->view.obj != NULL && scanned) {
+        memcpy(clock->view.buf, &clock->reached, sizeof clock->reached);
+        if (clock->behind)
+            reached = PyBytes_FromStringAndSize((const char *)clock->at_items,
+                                                clock->items * (Py_ssize_t)sizeof *clock->at_items);
+    }
+    PyMem_Free(clock->at_items);
+    if (clock->view.obj != NULL)
+        PyBuffer_Release(&clock->view);
+    return reached == Py_None ? Py_NewRef(Py_None) : reached;
+}
+
 static inline unsigned owner_of(const Share *share, unsigned bucket) {
     uint16_t owner;
     memcpy(&owner, share->owners + bucket * sizeof owner, sizeof owner);  /* (a bytes object's data: any alignment) */
@@ -381,6 +453,23 @@ static void share_done(Share *share, int scanned) {
         PyBuffer_Release(&share->owners_view);
 }
 
+/* A scan's Share and Clock from its optional arguments: 0, or -1 with an exception set (and neither held). */
+static int scan_begins(Share *share, Clock *clock, int shard, PyObject *owners, PyObject *counts,
+                       PyObject *given_clock, int parse_segments) {
+    memset(clock, 0, sizeof *clock);
+    int failed = share_from(share, shard, owners, counts) < 0 || clock_from(clock, given_clock) < 0;
+    if (!failed && parse_segments && segment_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
+        failed = 1;
+    }
+    if (failed) {
+        share_done(share, 0);
+        Py_DECREF(clock_done(clock, 0));
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *parse_frame(PyObject *self, PyObject *args) {
     Py_buffer frame;
     long linktype;
@@ -422,9 +511,11 @@ static int count_skip(PyObject *skipped, PyObject *reason) { return count_skips(
 
 /* One captured record: its segment (segments; None when it is another share's), or its (ts, linktype, frame,
  * wire_len); a frame without a segment is counted in `skipped` by its reason. When the share counts bytes, only
- * that: a TCP frame's captured bytes added to its connection's bucket. */
-static int add_record(PyObject *items, PyObject *skipped, int segments, const Share *share, const uint8_t *f,
-                      Py_ssize_t caplen, long linktype, double ts, Py_ssize_t wire_len) {
+ * that: a TCP frame's captured bytes added to its connection's bucket. The clock (NULL: none) passes every record's
+ * time. */
+static int add_record(PyObject *items, PyObject *skipped, int segments, const Share *share, Clock *clock,
+                      const uint8_t *f, Py_ssize_t caplen, long linktype, double ts, Py_ssize_t wire_len) {
+    clock_passes(clock, ts);
     if (share->bucket_bytes != NULL) {
         tcp_fields t;
         if (parse(f, caplen, linktype, wire_len, &t) == SKIP_NONE)
@@ -446,7 +537,7 @@ static int add_record(PyObject *items, PyObject *skipped, int segments, const Sh
         return -1;
     int failed = PyList_Append(items, item);
     Py_DECREF(item);
-    return failed;
+    return failed ? failed : clock_note(clock, ts);
 }
 
 static PyObject *scan_pcap(PyObject *self, PyObject *args) {
@@ -455,21 +546,16 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
     int big_endian, parse_segments;
     double units;
     long linktype;
-    PyObject *skipped, *owners = Py_None, *counts = Py_None;
+    PyObject *skipped, *owners = Py_None, *counts = Py_None, *given_clock = Py_None;
     int shard = 0;
     Share share;
-    if (!PyArg_ParseTuple(args, "y*pndlnO!p|iOO:scan_pcap", &buf, &big_endian, &record_header_len, &units,
-                          &linktype, &max_record, &PyDict_Type, &skipped, &parse_segments, &shard, &owners, &counts))
+    Clock clock;
+    if (!PyArg_ParseTuple(args, "y*pndlnO!p|iOOO:scan_pcap", &buf, &big_endian, &record_header_len, &units,
+                          &linktype, &max_record, &PyDict_Type, &skipped, &parse_segments, &shard, &owners, &counts,
+                          &given_clock))
         return NULL;
-    if (share_from(&share, shard, owners, counts) < 0) {
-        share_done(&share, 0);
+    if (scan_begins(&share, &clock, shard, owners, counts, given_clock, parse_segments) < 0) {
         PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (parse_segments && segment_type == NULL) {
-        share_done(&share, 0);
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
         return NULL;
     }
     const uint8_t *b = buf.buf;
@@ -492,17 +578,23 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args) {
             break;
         records++;
         double ts = (double)seconds + (double)fraction / units;
-        if (add_record(items, skipped, parse_segments, &share, h + record_header_len, caplen, linktype, ts,
+        if (add_record(items, skipped, parse_segments, &share, &clock, h + record_header_len, caplen, linktype, ts,
                        wire_len))
             goto fail;
         pos += record_header_len + caplen;
     }
     share_done(&share, 1);
+    PyObject *reached = clock_done(&clock, 1);
     PyBuffer_Release(&buf);
-    return Py_BuildValue("(NnnN)", items, records, pos, bad_caplen == Py_None ? Py_NewRef(Py_None) : bad_caplen);
+    if (reached == NULL)
+        goto failed;
+    return Py_BuildValue("(NnnNN)", items, records, pos, bad_caplen == Py_None ? Py_NewRef(Py_None) : bad_caplen,
+                         reached);
 fail:
     share_done(&share, 0);
+    Py_DECREF(clock_done(&clock, 0));
     PyBuffer_Release(&buf);
+failed:
     Py_XDECREF(items);
     if (bad_caplen != Py_None)
         Py_XDECREF(bad_caplen);
@@ -520,21 +612,16 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t pos = 0, max_record;
     int big_endian, parse_segments, at_block = 0;
-    PyObject *interfaces, *skipped, *owners = Py_None, *counts = Py_None;
+    PyObject *interfaces, *skipped, *owners = Py_None, *counts = Py_None, *given_clock = Py_None;
     int shard = 0;
     Share share;
-    if (!PyArg_ParseTuple(args, "y*pO!nO!p|iOO:scan_pcapng", &buf, &big_endian, &PyList_Type, &interfaces,
-                          &max_record, &PyDict_Type, &skipped, &parse_segments, &shard, &owners, &counts))
+    Clock clock;
+    if (!PyArg_ParseTuple(args, "y*pO!nO!p|iOOO:scan_pcapng", &buf, &big_endian, &PyList_Type, &interfaces,
+                          &max_record, &PyDict_Type, &skipped, &parse_segments, &shard, &owners, &counts,
+                          &given_clock))
         return NULL;
-    if (share_from(&share, shard, owners, counts) < 0) {
-        share_done(&share, 0);
+    if (scan_begins(&share, &clock, shard, owners, counts, given_clock, parse_segments) < 0) {
         PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (parse_segments && segment_type == NULL) {
-        share_done(&share, 0);
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_RuntimeError, "use_segment_type() was not called");
         return NULL;
     }
     const uint8_t *b = buf.buf;
@@ -601,16 +688,22 @@ static PyObject *scan_pcapng(PyObject *self, PyObject *args) {
                 goto fail;
             last_described = described;
         }
-        if (add_record(items, skipped, parse_segments, &share, frame, caplen, linktype,
+        if (add_record(items, skipped, parse_segments, &share, &clock, frame, caplen, linktype,
                        offset + (double)stamp / units, wire_len))
             goto fail;
     }
 #undef U32
     share_done(&share, 1);
+    PyObject *reached = clock_done(&clock, 1);
     PyBuffer_Release(&buf);
-    return Py_BuildValue("(NnnO)", items, records, pos, at_block ? Py_True : Py_False);
+    if (reached == NULL) {
+        Py_DECREF(items);
+        return NULL;
+    }
+    return Py_BuildValue("(NnnON)", items, records, pos, at_block ? Py_True : Py_False, reached);
 fail:
     share_done(&share, 0);
+    Py_DECREF(clock_done(&clock, 0));
     PyBuffer_Release(&buf);
     Py_XDECREF(items);
     return NULL;
@@ -705,7 +798,7 @@ static int walk_ring_block(const uint8_t *block, size_t size, long linktype, PyO
             caplen += 4;  /* at most the block's size, plus 4 */
             wire_len = wire_len > UINT32_MAX - 4 ? UINT32_MAX : wire_len + 4;
         }
-        if (add_record(segments, skipped, 1, &EVERY_CONNECTION, frame, caplen, linktype,
+        if (add_record(segments, skipped, 1, &EVERY_CONNECTION, NULL, frame, caplen, linktype,
                        (double)seconds + nanoseconds * 1e-9, wire_len) ||
                 (pcap_records != Py_None &&
                  append_pcap_record(pcap_records, seconds, nanoseconds, frame, caplen, wire_len))) {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import stat
 import sys
@@ -115,7 +116,7 @@ class CaptureReader:
             return 0
         with open_capture(self.path) as sample:
             count = 0
-            for frames in sample._records(parse=False):
+            for frames, _ in sample._records(parse=False):
                 count += len(frames)
                 if sample.position >= sample_bytes:
                     break
@@ -142,7 +143,7 @@ class CaptureReader:
 
     def frames(self) -> Iterator[tuple[float, int, bytes, int]]:
         """Yield (timestamp, link type, frame bytes, original length) for each record."""
-        return chain.from_iterable(self._records(parse=False))
+        return chain.from_iterable(items for items, _ in self._records(parse=False))
 
     def segments(self) -> Iterator[TcpSegment]:
         """Yield the TCP segment of each record that holds one; others are counted in `skipped`."""
@@ -154,7 +155,17 @@ class CaptureReader:
         each of CONNECTION_BUCKETS, as array('H') bytes), only the segments of the connections whose bucket is
         `shard`'s (the same bucket for both directions, in any process); the others' are None, so that each
         segment keeps its index among the file's."""
-        return self._records(True, shard, owners)
+        return (items for items, _ in self._records(True, shard, owners))
+
+    def segment_batches_reached(self, shard: int = 0,
+                                owners: bytes | None = None) -> Iterator[tuple[list[TcpSegment | None], array | None]]:
+        """`segment_batches(shard, owners)`, each list with the capture time the file had reached at each of its items
+        (the latest time of any record up to it): None when that is every segment's own time, else an array('d')
+        of a time per item. A file's records whose time went back (its clock stepped back) come after those before
+        them when files are merged by time: the times reached order them, as mergecap orders them."""
+        clock = array("d", [-math.inf])
+        for items, reached in self._records(True, shard, owners, clock=clock):
+            yield items, None if reached is None else array("d", reached)
 
     def bucket_bytes(self, counts: array | None = None) -> array:
         """The captured bytes of the TCP frames of each of CONNECTION_BUCKETS (connections by their endpoints, as
@@ -167,14 +178,15 @@ class CaptureReader:
             pass
         return counts
 
-    def _records(self, parse: bool, shard: int = 0, owners: bytes | None = None,
-                 counts: array | None = None) -> Iterator[list]:
-        batches = (self._pcapng_batches(parse, shard, owners, counts) if self.format == "pcapng"
-                   else self._pcap_batches(parse, shard, owners, counts))
+    def _records(self, parse: bool, shard: int = 0, owners: bytes | None = None, counts: array | None = None,
+                 clock: array | None = None) -> Iterator[tuple[list, bytes | None]]:
+        """(items, reached) a chunk at a time: see _headers.c's scans."""
+        batches = (self._pcapng_batches(parse, shard, owners, counts, clock) if self.format == "pcapng"
+                   else self._pcap_batches(parse, shard, owners, counts, clock))
         try:
-            for items, records in batches:
+            for items, records, reached in batches:
                 self.frames_read += records
-                yield items
+                yield items, reached
         except EOFError:  # gzip member cut short
             self._warn(f"compressed data ends early after {self.frames_read} records (file truncated?)")
         except (OSError, zlib.error) as error:
@@ -200,8 +212,9 @@ class CaptureReader:
         linktype = int.from_bytes(header[16:20], "big" if byte_order == ">" else "little")
         return linktype & _LINKTYPE_MASK, byte_order, units, record_header_len
 
-    def _pcap_batches(self, parse: bool, shard: int, owners: bytes | None, counts: array | None):
-        """(items, records read) for the whole records of each chunk read: the record loop and the
+    def _pcap_batches(self, parse: bool, shard: int, owners: bytes | None, counts: array | None,
+                      clock: array | None):
+        """(items, records read, reached) for the whole records of each chunk read: the record loop and the
         header parsing run in C. readinto1 hands over every byte decompressed before damage in a gzip file."""
         linktype, byte_order, units, record_header_len = self._pcap_layout
         skipped = self._parser.skipped
@@ -209,10 +222,10 @@ class CaptureReader:
         offset = 24  # of the first unread byte in the (uncompressed) file
         while unread.read_more():
             with unread.view() as buf:
-                items, records, pos, bad_caplen = _headers.scan_pcap(
+                items, records, pos, bad_caplen, reached = _headers.scan_pcap(
                     buf, byte_order == ">", record_header_len, units, linktype, MAX_RECORD_BYTES, skipped, parse,
-                    shard, owners, counts)
-            yield items, records
+                    shard, owners, counts, clock)
+            yield items, records, reached
             if bad_caplen is not None:
                 self._warn(f"record at byte {offset + pos} claims {bad_caplen} bytes: file corrupt from here")
                 return
@@ -228,8 +241,9 @@ class CaptureReader:
         elif unread.size:
             self._warn(f"capture ends inside a record header at byte {offset} (file truncated?)")
 
-    def _pcapng_batches(self, parse: bool, shard: int, owners: bytes | None, counts: array | None):
-        """(items, records read) for the packet blocks of each chunk read: the block loop runs in C
+    def _pcapng_batches(self, parse: bool, shard: int, owners: bytes | None, counts: array | None,
+                        clock: array | None):
+        """(items, records read, reached) for the packet blocks of each chunk read: the block loop runs in C
         (scan_pcapng); the blocks it leaves (section headers, interface descriptions, others, and
         invalid lengths) are read here, one at a time."""
         skipped = self._parser.skipped
@@ -242,11 +256,11 @@ class CaptureReader:
             at_end = not unread.read_more()
             while True:
                 with unread.view() as buf:
-                    items, records, pos, at_block = _headers.scan_pcapng(
+                    items, records, pos, at_block, reached = _headers.scan_pcapng(
                         buf, self._pcapng_order == ">", interfaces, MAX_RECORD_BYTES, skipped, parse, shard, owners,
-                        counts)
+                        counts, clock)
                 if records:
-                    yield items, records
+                    yield items, records, reached
                 unread.take(pos)
                 offset += pos
                 if not at_block:

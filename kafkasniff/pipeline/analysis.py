@@ -11,16 +11,17 @@ where the work is, stays spread over the tasks:
 
 - each decode task makes, of each message, what the analyses read of it (analyses.wire.Seen: bodies of the
   group APIs, partition facts without records, a few hundred bytes), keyed by the capture position of
-  the segment that completed it (time, file, index, and a sequence number for messages ending in the same
-  segment; messages only the connection's end releases come after every segment, in connection order),
+  the segment that completed it (the time its file had reached, file, index, and a sequence number for messages
+  ending in the same segment; messages only the connection's end releases come after every segment, in
+  connection order),
   and stages them sorted by that key (`StagedSeen`: sorted runs of a bounded size, at most a few files per
   task);
 - one task of the finishing job merges the staged files in key order, one batch of each at a time
   (memory bounded by the number of decode tasks, not the run), feeds one Insight, and writes both tables.
 
 The key is the order `decode` sees a single capture in, and the order the pipeline's shuffle gives the
-segments of several inputs (time, then file, then index); connections are told apart by their connection
-id, where `decode` tells them apart by object.
+segments of several inputs (time reached, then file, then index); connections are told apart by their
+connection id, where `decode` tells them apart by object.
 """
 
 from __future__ import annotations

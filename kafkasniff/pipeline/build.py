@@ -6,9 +6,10 @@
      share of the connections, their buckets dealt round); plain paths are streamed by the worker with the
      project's reader, URIs are read whole by Spark's `binaryFile` source; every TCP segment becomes a row
      keyed by its connection (see `reading`);
-   - shuffle: the rows are hashed by connection key to a partition and sorted there by (key, time,
-     file, index in the file) by Spark's own (spilling) sort, so a partition is a sequence of
-     4-tuples, each one's packets in capture order, and a big connection never has to fit in memory;
+   - shuffle: the rows are hashed by connection key to a partition and sorted there by (key, time
+     its file had reached, file, index in the file) by Spark's own (spilling) sort, so a partition is a
+     sequence of 4-tuples, each one's packets in capture order, and a big connection never has to fit
+     in memory;
    - decode: each 4-tuple's run goes through TcpReassembler and Analyzer; the rows of every table
      are staged by the worker (Arrow IPC files, see `writing`), with what the analyses read of each
      message (see `analysis`), and only the facts the run needs (the connections' first packets,
@@ -54,7 +55,7 @@ from kafkasniff.engine.heap import collecting_rarely
 from kafkasniff.pipeline.analysis import STAGED_NAME
 from kafkasniff.pipeline.connections import RUN_FACTS_DDL, RUN_FACTS_SCHEMA, order_of_files
 from kafkasniff.pipeline.inputs import CaptureFile
-from kafkasniff.pipeline.reading import SEGMENT_DDL, connection_shares, read_local, read_spooled
+from kafkasniff.pipeline.reading import SEGMENT_DDL, SEGMENT_ORDER, connection_shares, read_local, read_spooled
 from kafkasniff.pipeline.sparkenv import sql_session
 from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
@@ -209,7 +210,7 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
         starting = _start_python_workers(sc, parts) if first_run else None
         collected = (_segments(spark, files, stats, sc.defaultParallelism)
                      .repartition(parts, "key")
-                     .sortWithinPartitions("key", "ts", "file", "index")
+                     .sortWithinPartitions(*SEGMENT_ORDER)
                      .mapInArrow(decode_batches, RUN_FACTS_DDL)
                      .collect())
         if starting is not None:
@@ -248,11 +249,11 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
 
 def connection_order(facts: list[RunFact]) -> list[str]:
     """The run's connection ids as `decode` numbers a capture's connections: by their first packets, in capture order
-    (time, file, index). Connections opened at one time whose first packets several files hold (overlapping inputs)
-    go as the files order those packets, and where none does, by the latest file holding each (as a connection's
-    packets of one time: connections.order_of_files): a file may miss a packet another holds, and the first packet
-    of a connection opened earlier be only in a file taken later."""
-    firsts = sorted((f.first_seen, f.first_file, f.first_index, f.connection_id, f.first_copies)
+    (the time their file had reached, file, index). Connections opened at one time whose first packets several files
+    hold (overlapping inputs) go as the files order those packets, and where none does, by the latest file holding
+    each (as a connection's packets of one time: connections.order_of_files): a file may miss a packet another
+    holds, and the first packet of a connection opened earlier be only in a file taken later."""
+    firsts = sorted((f.first_reached, f.first_file, f.first_index, f.connection_id, f.first_copies)
                     for f in facts if f.connection_id is not None)
     if not any(first[4] for first in firsts):  # (the usual run: bench60's 10,955 took 15-17 ms through the ties, 6-7 ms
         return [first[3] for first in firsts]    # sorted, on the driver's way between the two jobs)
@@ -266,7 +267,7 @@ def connection_order(facts: list[RunFact]) -> list[str]:
 
 
 def _as_files_order_them(tied: list[tuple]) -> list[tuple]:
-    """connection_order's (first_seen, first_file, first_index, connection id, first_copies) of connections opened at
+    """connection_order's (first_reached, first_file, first_index, connection id, first_copies) of connections opened at
     one time, in the order the files holding their first packets give them."""
     held = [list(zip(copies[::2], copies[1::2])) if copies else [(file, index)] for _, file, index, _, copies in tied]
     in_file = defaultdict(list)  # file -> (index, connection) of the first packets it holds

@@ -1,8 +1,8 @@
 # cython: language_level=3
 """Decode a Spark partition of TCP segments into table rows (runs on Spark workers).
 
-The partition's segments come sorted by (connection key, time, file, index in the file), as
-Arrow batches (see `reading`); every run of one key (one TCP 4-tuple, both directions) goes
+The partition's segments come sorted by (connection key, time reached, file, index in the file),
+as Arrow batches (see `reading`); every run of one key (one TCP 4-tuple, both directions) goes
 through its own TcpReassembler and Analyzer, the code behind `decode`, which sees the
 packets as it would in one capture merged from all the inputs. One 4-tuple can hold several
 connections one after another (a port reused with a new SYN, or reused after a close); each
@@ -45,13 +45,15 @@ from kafkasniff.stream.session cimport KafkaConnection, MessageEvent
 _CONNECTION_NAMES = CONNECTIONS.raw_names
 # What a decode task tells the job, one row per connection, topic id learned and staged file: the rest of
 # what it decoded is in the staged files.
-# `first_copies`: where each file holding the connection's first packet holds it, when several do ([file, index, ...]),
+# `first_reached`: the time its file had reached at the connection's first packet (reading.SEGMENT_SCHEMA), in
+# microseconds; `first_copies`: where each file holding that packet holds it, when several do ([file, index, ...]),
 # to number connections opened at one time as those files order them (build.connection_order).
-RUN_FACTS_DDL = ("connection_id string, first_seen bigint, first_file int, first_index bigint, "
+RUN_FACTS_DDL = ("connection_id string, first_reached bigint, first_file int, first_index bigint, "
                  "first_copies array<bigint>, topic_id string, topic_name string, table_name string, staged string, "
                  "rows bigint")
-RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_seen", pa.int64()), ("first_file", pa.int32()),
-                              ("first_index", pa.int64()), ("first_copies", pa.list_(pa.int64())),
+RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_reached", pa.int64()),
+                              ("first_file", pa.int32()), ("first_index", pa.int64()),
+                              ("first_copies", pa.list_(pa.int64())),
                               ("topic_id", pa.string()), ("topic_name", pa.string()), ("table_name", pa.string()),
                               ("staged", pa.string()), ("rows", pa.int64())])
 
@@ -81,7 +83,7 @@ cdef class _Tally:
     cdef object client
     cdef dict client_ids
     cdef object tls  # {"version", "cipher"} of a TLS connection, once its handshake is seen
-    cdef tuple first_packet  # (file number, index in the file)
+    cdef tuple first_packet  # (time reached, file number, index in the file)
     cdef object first_copies  # [file, index, ...] of every file holding the first packet, when several do; else None
     # The texts of a Kafka connection's client and server (endpoint_text), made once for its messages' rows
     cdef KafkaConnection named
@@ -145,7 +147,7 @@ cdef class _Tally:
                 "packets": self.packets, "bytes_to_server": to_server, "bytes_to_client": to_client,
                 "gaps": self.gaps, "gap_bytes": self.gap_bytes, "end_reason": self.end_reason,
                 "capture_files": [file_names[f] for f in dict.fromkeys(f for f, _, _ in self.file_spans)],
-                "first_file": self.first_packet[0], "first_index": self.first_packet[1]}
+                "first_file": self.first_packet[1], "first_index": self.first_packet[2]}
 
 
 cdef class ConnectionDecoder:
@@ -174,17 +176,19 @@ cdef class ConnectionDecoder:
         self.facts = facts
         self.staged_seen = staged_seen
 
-    cdef void feed(self, seg, int file, long long index, copies) except *:
-        """`copies`: [file, index, ...] of every file holding the segment, when several do (else None)."""
+    cdef void feed(self, seg, double reached, int file, long long index, copies) except *:
+        """The segment at (reached, file, index): the time its file had reached, and where it is in the run;
+        `copies`: [file, index, ...] of every file holding it, when several do (else None)."""
         reassembler = self.reassembler
         late = reassembler.late_segments
         cdef list events = reassembler.feed(seg)
+        cdef tuple position = (reached, file, index)
         if events:
-            self._observe(events, (file, index), copies)
+            self._observe(events, position, copies)
         if self.current is not None and reassembler.late_segments == late:
             self.current.count_packet((<tuple>seg)[0], file)
         if events:
-            self._rows(self.analyzer.handle(events), ((<tuple>seg)[0], file, index))
+            self._rows(self.analyzer.handle(events), position)
 
     cdef void finish(self) except *:
         cdef list events = self.reassembler.flush()
@@ -195,12 +199,12 @@ cdef class ConnectionDecoder:
         for tally in self.tallies.values():
             row = tally.row(self.file_names)
             rows.append(tuple([row[n] for n in _CONNECTION_NAMES]))
-            self.facts.append((row["connection_id"], row["first_seen"], row["first_file"], row["first_index"],
-                               tally.first_copies, None, None, None, None, None))
+            self.facts.append((row["connection_id"], micros(tally.first_packet[0]), row["first_file"],
+                               row["first_index"], tally.first_copies, None, None, None, None, None))
 
     cdef void _observe(self, list events, tuple position, copies) except *:
-        """Fill the tallies from TCP events; `position` is that of the segment they came from, `copies` where each file
-        holding it holds it."""
+        """Fill the tallies from TCP events; `position` is that of the segment they came from (reached, file, index),
+        `copies` where each file holding it holds it."""
         cdef tuple ev
         cdef _Tally tally
         for event in events:
@@ -220,7 +224,7 @@ cdef class ConnectionDecoder:
                 tally.end_reason = ev[2]
 
     cdef void _rows(self, list events, tuple position) except *:
-        """Rows of the events handed over by the segment at `position` (time, file, index); None: by the
+        """Rows of the events handed over by the segment at `position` (time reached, file, index); None: by the
         connection's end."""
         cdef MessageEvent ev
         cdef Message m
@@ -250,34 +254,34 @@ cdef class ConnectionDecoder:
             read = plain_seen(ev, tally.id)
             if read is not None:
                 if position is None:
-                    self.staged_seen.add(AT_THE_END, tally.first_packet[0], tally.first_packet[1], read)
+                    self.staged_seen.add(AT_THE_END, tally.first_packet[1], tally.first_packet[2], read)
                 else:
                     self.staged_seen.add(position[0], position[1], position[2], read)
 
 
-cdef void _feed_tie(ConnectionDecoder decoder, list tie) except *:
-    """Feed the connection's segments of one time, (segment, file, index) sorted by (file, index)."""
+cdef void _feed_tie(ConnectionDecoder decoder, list tie, double reached) except *:
+    """Feed the connection's segments of one time reached, (segment, file, index) sorted by (file, index)."""
     cdef tuple one
     if len(tie) > 1 and (<tuple>tie[0])[1] != (<tuple>tie[-1])[1]:
         for one in _tie_order(tie):
-            decoder.feed(one[0], one[1], one[2], one[3])
+            decoder.feed(one[0], reached, one[1], one[2], one[3])
     else:
         for one in tie:
-            decoder.feed(one[0], one[1], one[2], None)
+            decoder.feed(one[0], reached, one[1], one[2], None)
 
 
 cdef list _tie_order(list tie):
-    """The segments of one connection at one time that several files hold, in the order to feed them: each file's own
-    order kept, a segment that several files hold (the same packet in overlapping inputs) taken once, and where the
-    files' orders say nothing, by the latest file that holds each (rotated files: what one file holds at the time it
-    ends came before what the next one holds at that time), then as the files give them. In the files' order alone,
-    a packet a file taken earlier holds went before what another file holds before it at that time: of two captures
-    of the same traffic, each missing some packets, a SYN only the smaller held went after its connection's SYN-ACK,
-    and the connection was decoded as two. The k-th of identical segments in a file is the k-th of them in another
-    (a file may hold a retransmission identical to the packet before it). Each comes as (segment, file, index,
-    copies): its position is its first file's, raised where needed so that positions never go back, as the Seens'
-    keys must not within a connection; `copies` [file, index, ...] where each file holding it holds it, when
-    several do (else None)."""
+    """The segments of one connection at one time reached that several files hold, in the order to feed them: each
+    file's own order kept, a segment that several files hold (the same packet in overlapping inputs) taken once, and
+    where the files' orders say nothing, by the latest file that holds each (rotated files: what one file holds at
+    the time it ends came before what the next one holds at that time), then as the files give them. In the files'
+    order alone, a packet a file taken earlier holds went before what another file holds before it at that time: of
+    two captures of the same traffic, each missing some packets, a SYN only the smaller held went after its
+    connection's SYN-ACK, and the connection was decoded as two. The k-th of identical segments in a file is the
+    k-th of them in another (a file may hold a retransmission identical to the packet before it). Each comes as
+    (segment, file, index, copies): its position is its first file's, raised where needed so that positions never go
+    back, as the Seens' keys must not within a connection; `copies` [file, index, ...] where each file holding it
+    holds it, when several do (else None)."""
     cdef list fed = _held_alike(tie)
     if fed is not None:
         return fed
@@ -386,7 +390,7 @@ def rows_of_batches(batches):
 def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str out, str staging, str task,
                         bytes keylog_text=b"", int tasks=1):
     """A decode task's segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted by
-    (key, ts, file, index): a shuffled partition's (rows_of_batches) or a task's share of the files
+    reading.SEGMENT_ORDER: a shuffled partition's (rows_of_batches) or a task's share of the files
     (reading.shard_rows).
     Rows of every table staged under out/staging (files named after `task`); returns the run's facts, tuples in
     RUN_FACTS_SCHEMA's order. keylog_text: the TLS key log lines the driver read, parsed once per task; `tasks`: how
@@ -401,33 +405,33 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
     cdef ConnectionDecoder decoder = None
     cdef str key, current_key = None
     cdef tuple first, second, src, dst
-    cdef list tie = []  # the connection's (segment, file, index) at the time of the last one, fed when the time moves
-    cdef double ts, last_ts = 0.0
+    cdef list tie = []  # the connection's (segment, file, index) at the last one's time reached, fed when it moves
+    cdef double reached, tie_reached = 0.0
     cdef tuple row
     with collecting_rarely():
         for rows in row_lists:
             for item in <list>rows:
-                row = <tuple>item  # (key, ts, file, index, forward, seq, ack, flags, payload, missing)
-                key, ts = row[0], row[1]
+                row = <tuple>item  # (key, ts, file, index, forward, seq, ack, flags, payload, missing, reached)
+                key, reached = row[0], row[10]
                 if key != current_key:
                     if decoder is not None:
-                        _feed_tie(decoder, tie)
+                        _feed_tie(decoder, tie, tie_reached)
                         decoder.finish()
                     decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, staged_seen,
                                                 keylog)
                     current_key = key
                     first, second = key_endpoints(key)
                     tie = []
-                elif ts != last_ts:
-                    _feed_tie(decoder, tie)
+                elif reached != tie_reached:
+                    _feed_tie(decoder, tie, tie_reached)
                     tie = []
-                last_ts = ts
+                tie_reached = reached
                 src, dst = (first, second) if row[4] else (second, first)
-                tie.append((named_tuple(TcpSegment, (ts, src[0], src[1], dst[0], dst[1], row[5], row[6], row[7],
+                tie.append((named_tuple(TcpSegment, (row[1], src[0], src[1], dst[0], dst[1], row[5], row[6], row[7],
                                                      row[8], row[9])), row[2], row[3]))
             staged.flush()
         if decoder is not None:
-            _feed_tie(decoder, tie)
+            _feed_tie(decoder, tie, tie_reached)
             decoder.finish()
     facts += ((None, None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())

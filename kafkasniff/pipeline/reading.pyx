@@ -2,10 +2,12 @@
 """Capture files to TCP segments as Arrow batches (runs on Spark workers), with the project's reader.
 
 Each segment row carries its connection's key (both endpoints, the same for either direction),
-its capture time, the number of its file in the run and its index in that file. The job
-hashes the key to pick a partition and sorts by (key, time, file, index): the decoder of a
-connection sees its packets in the order of one capture merged from all inputs, so rotated
-files (`tcpdump -C/-G`) and overlapping inputs read as the capture they were cut from.
+its capture time, the number of its file in the run, its index in that file and the time its
+file had reached there (the latest time of any record up to it: its own, unless the capture's
+clock stepped back). The job hashes the key to pick a partition and sorts by (key, time reached,
+file, index): the decoder of a connection sees its packets in the order of one capture merged
+from all inputs as mergecap merges them (a file's packets in its own order), so rotated files
+(`tcpdump -C/-G`) and overlapping inputs read as the capture they were cut from.
 
 A run of local uncompressed files that are not too big skips the shuffle (shard_rows): each of N tasks reads every
 file and keeps the connections whose endpoints hash to it (the reader makes no segment of the others' packets),
@@ -29,16 +31,18 @@ from kafkasniff.capture.files import CONNECTION_BUCKETS, CaptureError, CaptureRe
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.engine.heap import collecting_rarely
 
-# A segment row: its connection's key, where it is in the run (time, file, index in the file), which way it goes
+# A segment row: its connection's key, its time, where it is in the run (file, index in the file), which way it goes
 # (`forward`: from the key's first endpoint to its second; the endpoints are the key's, not repeated in every row,
-# which would cost the shuffle and both conversions two strings a segment) and the TCP fields after the ports.
+# which would cost the shuffle and both conversions two strings a segment), the TCP fields after the ports and the
+# time its file had reached (CaptureReader.segment_batches_reached), which orders it with (file, index).
 SEGMENT_SCHEMA = pa.schema([
     ("key", pa.string()), ("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()), ("forward", pa.bool_()),
     ("seq", pa.int64()), ("ack", pa.int64()), ("flags", pa.int32()), ("payload", pa.binary()),
-    ("missing", pa.int64()),
+    ("missing", pa.int64()), ("reached", pa.float64()),
 ])
 SEGMENT_DDL = ("key string, ts double, file int, index bigint, forward boolean, seq bigint, ack bigint, flags int, "
-               "payload binary, missing bigint")
+               "payload binary, missing bigint, reached double")
+SEGMENT_ORDER = ("key", "reached", "file", "index")  # a decode task's rows come sorted by these
 _SEGMENT_STRUCT = pa.struct(SEGMENT_SCHEMA)
 # A batch is cut at this many segments or payload bytes, whichever comes first: big enough to make the
 # Arrow conversion cheap per segment, small enough to keep a worker's memory flat.
@@ -140,11 +144,11 @@ def connection_shares(paths, int shards):
 def shard_rows(list paths, int shard, owners, report: ReadReport) -> Iterator[list[tuple]]:
     """The segment rows (SEGMENT_SCHEMA's order) of `shard`'s connections (owners: the run's connection_shares;
     None: every connection) in a run's local files (numbered in the list's order, the run's), in the order a
-    shuffled partition has them (key, time, file, index), BATCH_SEGMENTS at a time: held in memory until every file
-    is read, so the job takes this path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports
-    the files."""
-    # Rows are kept by connection, each connection's in the order read, (file, index): that is their (time, file,
-    # index) order unless a packet's time goes back, and only then is the connection sorted. Sorting all rows by
+    shuffled partition has them (SEGMENT_ORDER), BATCH_SEGMENTS at a time: held in memory until every file is read,
+    so the job takes this path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the
+    files."""
+    # Rows are kept by connection, each connection's in the order read, (file, index): that is their (reached, file,
+    # index) order unless files overlap in time, and only then is the connection sorted. Sorting all rows by
     # (key, time, file, index) took a quarter of the reading (470 M of 1,650 M instructions for bench60's half).
     cdef dict connections = {}  # key -> its rows
     cdef list rows
@@ -171,7 +175,7 @@ def shard_rows(list paths, int shard, owners, report: ReadReport) -> Iterator[li
         for key in sorted(connections):
             rows = connections.pop(key)
             if not _in_time_order(rows):
-                rows.sort(key=_time_file_index)
+                rows.sort(key=_reached_file_index)
             for item in rows:
                 batch.append(item)
                 if len(batch) == BATCH_SEGMENTS:
@@ -183,19 +187,19 @@ def shard_rows(list paths, int shard, owners, report: ReadReport) -> Iterator[li
 
 
 cdef bint _in_time_order(list rows):
-    """Whether the rows' times never go back (read in (file, index) order, they are then in (time, file, index)
-    order)."""
-    cdef double last = -INFINITY, ts
+    """Whether the rows' times reached never go back (read in (file, index) order, they are then in (reached, file,
+    index) order)."""
+    cdef double last = -INFINITY, reached
     for row in rows:
-        ts = (<tuple>row)[1]
-        if ts < last:
+        reached = (<tuple>row)[10]
+        if reached < last:
             return False
-        last = ts
+        last = reached
     return True
 
 
-def _time_file_index(tuple row):
-    return row[1], row[2], row[3]
+def _reached_file_index(tuple row):
+    return row[10], row[2], row[3]
 
 
 def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport) -> Iterator[pa.RecordBatch]:
@@ -216,10 +220,13 @@ def _segment_rows(reader: CaptureReader, int file_number, int shard, owners):
     cdef list rows = []
     cdef dict keys = {}  # each connection's (key, forward), made once for its 4-tuple's packets
     cdef long long size = 0, count = 0
+    cdef Py_ssize_t at
     cdef tuple seg, found
-    for segments in reader.segment_batches(shard, owners):
+    for segments, reached in reader.segment_batches_reached(shard, owners):
+        at = -1
         for item in <list>segments:
             count += 1  # (another shard's segment is None: it keeps its index)
+            at += 1
             if item is None:
                 continue
             seg = <tuple>item  # a TcpSegment: (ts, src, sport, dst, dport, seq, ack, flags, payload, missing)
@@ -231,7 +238,7 @@ def _segment_rows(reader: CaptureReader, int file_number, int shard, owners):
                 found = keys[ends] = _key_and_direction(*ends)
             payload = seg[8]
             rows.append((found[0], seg[0], file_number, count - 1, found[1], seg[5], seg[6], seg[7], payload,
-                         seg[9]))
+                         seg[9], seg[0] if reached is None else reached[at]))
             size += len(<bytes>payload)
             if len(rows) >= BATCH_SEGMENTS or size >= BATCH_BYTES:
                 yield rows

@@ -43,9 +43,10 @@ class Table(NamedTuple):
 
 DATE = Column("date", "date", "UTC date of the row's time; the table is partitioned by it (`date=YYYY-MM-DD/`)")
 STREAM = Column("stream", "bigint",
-                "Connection number, 0, 1, ... in order of first-seen time over all inputs of the run (ties: in the "
-                "order the inputs hold their first packets); for a single capture it is the `stream` that `decode` "
-                "prints. Stable for the same inputs, whatever the split into files or Spark partitions")
+                "Connection number, 0, 1, ... in order of their first packets over all inputs of the run, merged by "
+                "time as mergecap merges them (ties: in the order the inputs hold those packets); for a single "
+                "capture it is the `stream` that `decode` prints. Stable for the same inputs, whatever the split "
+                "into files or Spark partitions")
 CONNECTION_ID = Column("connection_id", "string",
                        "Stable connection key across runs: hash of both endpoints and the first-seen microsecond")
 DERIVED = frozenset({DATE.name, STREAM.name})
