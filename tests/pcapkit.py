@@ -206,6 +206,11 @@ class TcpConversation:
             self._segment(side, dpkt.tcp.TH_ACK | dpkt.tcp.TH_PUSH, data[i:i + self.mss])
         return self
 
+    def ack(self, from_client: bool) -> TcpConversation:
+        """A bare ACK (as a TCP keepalive's answer)."""
+        self._segment(self.client if from_client else self.server, dpkt.tcp.TH_ACK)
+        return self
+
     def close(self) -> list[Packet]:
         self._segment(self.client, dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK, advance=1)
         self._segment(self.server, dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK, advance=1)

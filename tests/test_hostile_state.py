@@ -38,11 +38,11 @@ def given_up_text(count: int, requests: str) -> str:
 
 
 def capture_of(path, *sends: tuple[bool, bytes, float]):
-    """A captured connection: (from_client, bytes, seconds to wait before) for each send."""
+    """A captured connection: (from_client, bytes, seconds to wait before) for each send (no bytes: a bare ACK)."""
     conversation = TcpConversation(("10.0.0.1", 40000), ("10.0.0.2", 9092), mss=60_000)
     for from_client, data, wait in sends:
         conversation.ts += wait
-        conversation.send(from_client, data)
+        conversation.send(from_client, data) if data else conversation.ack(from_client)
     return write_pcap(path, conversation.close())
 
 
@@ -86,10 +86,11 @@ def test_the_oldest_requests_past_the_limit_are_given_up_and_said(tmp_path):
 
 
 def test_a_request_unanswered_longer_than_any_timeout_is_given_up(tmp_path):
-    """A request, another 1000 s later, then both responses: the first request was given up, its response is
-    shown as one whose request was not captured (inferred), the second is paired."""
-    capture = capture_of(tmp_path / "late.pcap", (True, header_only_requests([1]), 0),
-                         (True, header_only_requests([2]), 1000),
+    """A request, another 1000 s later (an ACK between keeps the connection from being given up as idle), then both
+    responses: the first request was given up, its response is shown as one whose request was not captured
+    (inferred), the second is paired."""
+    capture = capture_of(tmp_path / "late.pcap", (True, header_only_requests([1]), 0), (False, b"", 500),
+                         (True, header_only_requests([2]), 500),
                          (False, struct.pack(">iihi", 10, 1, 0, 0) + struct.pack(">iihi", 10, 2, 0, 0), 0))
     first, second, late, answered, notice = decoded_json(capture)
     assert (late["correlation_id"], late["api_name"], late["latency_ms"], late["inferred"]) == (

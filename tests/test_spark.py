@@ -342,8 +342,18 @@ def test_records_agree_with_decode_json(all_run, decoded):
 
 
 def test_connections_agree_with_decode_json(all_run, decoded):
+    """Each capture's connections as `decode` has them; the run takes its inputs as one capture, which goes on after
+    each file but the last: a connection open at the end of its file ends there (`capture end`) unless the run's
+    capture goes on for more than 900 s after its last packet (`idle`, as tcp.flush and the sweeps end it)."""
     connections = all_run[2]["connections"]
     assert sorted(c["stream"] for c in connections) == list(range(len(connections)))
+    run_end = max(c["last_seen"] for c in connections)  # (microseconds)
+
+    def ending(c) -> str:
+        in_its_file = endings[frozenset((c["client"], c["server"]))]
+        return "idle" if in_its_file == "capture end" and run_end - c["last_seen"] > 900_000_000 else in_its_file
+
+    idle = 0
     for path, events in decoded.items():
         endings = tcp_endings(Path(path))
         per_stream = defaultdict(lambda: {"requests": 0, "responses": 0, "bytes_to_server": 0, "bytes_to_client": 0,
@@ -364,8 +374,10 @@ def test_connections_agree_with_decode_json(all_run, decoded):
             expected = per_stream[c["stream"] - shift]
             assert {k: c[k] for k in expected} == expected
             assert c["handshake"] and c["gaps"] == 0
-            assert c["end_reason"] == endings[frozenset((c["client"], c["server"]))]
+            assert c["end_reason"] == ending(c)
             assert c["first_seen"] <= c["last_seen"] and c["packets"] > 0
+            idle += c["end_reason"] == "idle"
+    assert idle > 0
 
 
 def read_segments(path: Path):
@@ -584,6 +596,41 @@ def test_a_capture_whose_clock_steps_back_gives_decodes_answers(spark, tmp_path,
         assert_messages_and_connections_equal_decode(read_tables(spark, out), reference)
         groups, _ = assert_analysed_tables_equal_the_commands(out, [str(reference)])
         assert {row["group_id"] for row in groups} == {"kafkasniff-group"}
+
+
+def test_connections_silent_past_the_idle_timeout_end_as_in_decode(spark, tmp_path):
+    """A consumer group's two long connections go silent a little after the middle of their capture, while
+    kafka-python's connections go on for 1,100 s: one speaks again 1,000 s later (ended idle at that packet, which
+    opens a connection captured from its middle), the other never does (ended idle, as the capture ends more than
+    900 s after its last packet). A decode task sees only a connection's own packets, for which the capture ends
+    at its last: the finishing ends it idle where the run's capture went on. The tables equal what `decode --json`
+    says, and each connection ends as `decode`'s reassembler ends it."""
+    from pcapkit import Packet, merged, read_packets, tcp_of
+
+    captures = Path(__file__).resolve().parents[1] / "captures"
+    group, other = read_packets(captures / "consumer_group.pcap"), read_packets(captures / "kafka_python_codecs.pcap")
+    silent = []
+    for n, (ts, frame) in enumerate(group):
+        ports = {tcp_of(frame).sport, tcp_of(frame).dport}
+        if n < 80 or 33280 in ports:  # (the other long connection, 33286, says nothing after packet 80)
+            silent.append(Packet(ts + 1000 if n >= 80 else ts, frame))
+    span = other[-1].ts - other[0].ts
+    stretched = [Packet(group[0].ts + (ts - other[0].ts) * 1100 / span, frame) for ts, frame in other]
+    whole = write_pcap(tmp_path / "silent.pcap", merged(silent, stretched))
+    out = tmp_path / "tables"
+    result = CliRunner().invoke(main, ["spark", str(whole), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    tables = read_tables(spark, out)
+    assert_messages_and_connections_equal_decode(tables, whole)
+    reassembler, ended = TcpReassembler(), {}
+    with open_capture(str(whole)) as reader:
+        for segment in reader.segments():
+            ended.update((e.conn.stream, e.reason) for e in reassembler.feed(segment)
+                         if type(e).__name__ == "StreamEnd" and e.direction == 2)
+    ended.update((e.conn.stream, e.reason) for e in reassembler.flush()
+                 if type(e).__name__ == "StreamEnd" and e.direction == 2)
+    assert {c["stream"]: c["end_reason"] for c in tables["connections"]} == ended
+    assert sum(reason == "idle" for reason in ended.values()) == 2
 
 
 @pytest.mark.parametrize("second_misses", [0, 1])

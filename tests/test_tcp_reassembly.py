@@ -630,6 +630,30 @@ def test_idle_connections_are_ended_so_the_table_stays_bounded():
     assert reassembler.open_connections == 1
 
 
+@pytest.mark.parametrize("talking", [False, True])
+def test_a_connection_silent_past_the_idle_timeout_ends_idle_at_its_next_packet_or_at_the_capture_s_end(talking):
+    """Whether a connection ends idle depends on it and on where the capture ends, not on when other connections'
+    packets swept the table (every 90 s of capture time): silent for more than idle_timeout, it ends at its own next
+    packet if no sweep ended it first, and that packet opens a connection captured from its middle, its bytes
+    decoded (an idle connection is not remembered as closed: its packets are not late retransmissions); one silent
+    that long when the capture ends ends idle. Before, a packet 901 s after the last went on the same connection
+    unless a sweep had come between (with another connection talking: at 990 s), and one after a sweep was late."""
+    quiet = ("10.0.0.8", 40002)
+    other = ("10.0.0.9", 40001)
+    segments = [seg(CLIENT, 1000, b"old", ts=0.0), TcpSegment(0.2, *quiet, *SERVER, 1, 0, ACK, b"q")]
+    if talking:  # swept at 0.5, 90.5, ... 900.5
+        segments += [TcpSegment(t + 0.5, *other, *SERVER, 1 + t, 0, ACK, b"b") for t in range(0, 901, 90)]
+    segments += [seg(CLIENT, 1003, b"new", ts=901.0), seg(CLIENT, 1006, b"end", ts=1000.0)]
+    events = events_of(segments, idle_timeout=900.0)
+    ends = [(e.conn.stream, e.reason) for e in events if isinstance(e, StreamEnd) and e.direction == BOTH]
+    streams = {"client": [0, 3 if talking else 2], "quiet": 1, "other": 2}
+    assert ends == [(0, "idle"), (streams["quiet"], "idle")] + [(streams["other"], "capture end")] * talking + [
+        (streams["client"][1], "capture end")]
+    delivered = [(e.conn.stream, e.data) for e in events if isinstance(e, StreamData)]
+    assert (streams["client"][1], b"new") in delivered and (streams["client"][1], b"end") in delivered
+    assert not [e for e in events if isinstance(e, LateData)]
+
+
 def test_connections_that_carry_no_byte_are_crowded_out_the_oldest_first():
     """A SYN flood (or a port scan) opens a connection a packet, each held until the idle timeout: beyond
     max_empty_connections of them open, the oldest are ended (END_CROWDED), not remembered as closed. A connection

@@ -59,6 +59,7 @@ from kafkasniff.pipeline.reading import SEGMENT_DDL, SEGMENT_ORDER, connection_s
 from kafkasniff.pipeline.sparkenv import sql_session
 from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
+from kafkasniff.stream import tcp
 
 _COUNTS = ("files", "bytes", "frames", "segments")
 _CONTEXTS_RUN = weakref.WeakSet()  # the SparkContexts that ran a build_tables
@@ -217,6 +218,8 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
             starting.join()
     facts = [RunFact._make(fact) for fact in collected]
     streams = {connection_id: number for number, connection_id in enumerate(connection_order(facts))}
+    capture_end = max((f.last_ts for f in facts if f.last_ts is not None), default=None)
+    idle_before = None if capture_end is None else capture_end - round(tcp.IDLE_TIMEOUT * 1e6)
     topic_of_id = dict(sorted({(f.topic_id, f.topic_name) for f in facts if f.topic_id is not None},
                               reverse=True))  # the smallest name wins
     staged = [(f.table_name, f.staged, f.rows) for f in facts if f.staged is not None and f.table_name != STAGED_NAME]
@@ -235,7 +238,7 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
             for job in tasks[number]:
                 kind, what, _ = jobs[job]
                 counts = analyse(what, out) if kind == STAGED_NAME else {
-                    kind: finish_staged(kind, what, out, f"{job:05d}", streams, topic_of_id)}
+                    kind: finish_staged(kind, what, out, f"{job:05d}", streams, topic_of_id, idle_before)}
                 yield from counts.items()
 
     replace_tables(out)

@@ -47,13 +47,14 @@ _CONNECTION_NAMES = CONNECTIONS.raw_names
 # what it decoded is in the staged files.
 # `first_reached`: the time its file had reached at the connection's first packet (reading.SEGMENT_SCHEMA), in
 # microseconds; `first_copies`: where each file holding that packet holds it, when several do ([file, index, ...]),
-# to number connections opened at one time as those files order them (build.connection_order).
+# to number connections opened at one time as those files order them (build.connection_order); `last_ts`: the latest
+# time of any packet of its 4-tuple, in microseconds (the latest of all is where the run's capture ends).
 RUN_FACTS_DDL = ("connection_id string, first_reached bigint, first_file int, first_index bigint, "
-                 "first_copies array<bigint>, topic_id string, topic_name string, table_name string, staged string, "
-                 "rows bigint")
+                 "first_copies array<bigint>, last_ts bigint, topic_id string, topic_name string, table_name string, "
+                 "staged string, rows bigint")
 RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_reached", pa.int64()),
                               ("first_file", pa.int32()), ("first_index", pa.int64()),
-                              ("first_copies", pa.list_(pa.int64())),
+                              ("first_copies", pa.list_(pa.int64())), ("last_ts", pa.int64()),
                               ("topic_id", pa.string()), ("topic_name", pa.string()), ("table_name", pa.string()),
                               ("staged", pa.string()), ("rows", pa.int64())])
 
@@ -163,6 +164,7 @@ cdef class ConnectionDecoder:
     cdef MessageColumns messages
     cdef RecordColumns records
     cdef object out, staged_seen
+    cdef double last_ts  # the latest time of its packets
 
     def __init__(self, port_hints: frozenset, topic_resolver: Output, file_names: list, out: StagedTables,
                  facts: list, staged_seen: StagedSeen, keylog: KeyLog = None):
@@ -183,6 +185,8 @@ cdef class ConnectionDecoder:
         late = reassembler.late_segments
         cdef list events = reassembler.feed(seg)
         cdef tuple position = (reached, file, index)
+        if (<tuple>seg)[0] > self.last_ts:
+            self.last_ts = (<tuple>seg)[0]
         if events:
             self._observe(events, position, copies)
         if self.current is not None and reassembler.late_segments == late:
@@ -200,7 +204,8 @@ cdef class ConnectionDecoder:
             row = tally.row(self.file_names)
             rows.append(tuple([row[n] for n in _CONNECTION_NAMES]))
             self.facts.append((row["connection_id"], micros(tally.first_packet[0]), row["first_file"],
-                               row["first_index"], tally.first_copies, None, None, None, None, None))
+                               row["first_index"], tally.first_copies, micros(self.last_ts), None, None, None, None,
+                               None))
 
     cdef void _observe(self, list events, tuple position, copies) except *:
         """Fill the tallies from TCP events; `position` is that of the segment they came from (reached, file, index),
@@ -433,9 +438,10 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
         if decoder is not None:
             _feed_tie(decoder, tie, tie_reached)
             decoder.finish()
-    facts += ((None, None, None, None, None, topic_id, name, None, None, None)
+    facts += ((None, None, None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())
-    facts += ((None, None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
-    facts += ((None, None, None, None, None, None, None, STAGED_NAME, path, rows)
+    facts += ((None, None, None, None, None, None, None, None, table, path, rows)
+              for table, path, rows in staged.close())
+    facts += ((None, None, None, None, None, None, None, None, STAGED_NAME, path, rows)
               for path, rows in staged_seen.close())
     return facts

@@ -21,6 +21,11 @@ acknowledgement) the other direction's end is unknown, those bytes are still tak
 leave the table; their 4-tuple is remembered for `closed_linger` seconds so late ACKs and
 retransmissions do not open a phantom connection, and bytes beyond a direction's end that
 come after it ended are reported as LateData, never delivered.
+
+A connection silent for more than `idle_timeout` capture seconds is ended (idle): by a sweep while
+the capture goes on, at its own next packet, or at the capture's end, whichever comes first, so that
+whether it ended idle depends on it alone and the capture's end. It is not remembered as closed:
+what it sends later is traffic, taken as a connection captured from its middle.
 """
 
 from bisect import bisect_right
@@ -55,6 +60,9 @@ MAX_OPEN_CONNECTIONS = 65_536
 # forgotten (the last 32,768 connections ended are remembered, while they linger: a late ACK comes within
 # milliseconds of its connection's end): a late segment of one opens a connection.
 MAX_CLOSED_REMEMBERED = 65_536
+# Capture seconds of silence after which a connection is ended (END_IDLE): brokers close idle connections after 10
+# minutes (connections.max.idle.ms), so a long capture's table holds only live ones.
+IDLE_TIMEOUT = 900.0
 
 cdef long long SEQ_MOD = 1LL << 32
 cdef long long SEQ_HALF = 1LL << 31
@@ -185,7 +193,7 @@ cdef class TcpReassembler:
         long long max_buffered_bytes=8 << 20,
         double max_wait=10.0,
         double closed_linger=60.0,
-        double idle_timeout=900.0,
+        double idle_timeout=IDLE_TIMEOUT,
         long long max_empty_connections=MAX_EMPTY_CONNECTIONS,
         long long max_open_connections=MAX_OPEN_CONNECTIONS,
     ):
@@ -205,8 +213,6 @@ cdef class TcpReassembler:
         self.max_open_connections = max(1, max_open_connections)
         self._sweep_every = min(1.0, max_wait)
         self._next_sweep = 0.0
-        # Connections silent this long (capture time) are ended, so a long capture's table holds only
-        # live ones; brokers close idle connections after 10 minutes (connections.max.idle.ms).
         self.idle_timeout = idle_timeout
         self._next_idle_sweep = 0.0
 
@@ -239,6 +245,9 @@ cdef class TcpReassembler:
         if entry is not None and (<_ConnectionState>entry[0]).reset and \
                 ts - (<_ConnectionState>entry[0]).reset_at > self.max_wait:
             self._finish(entry[0], END_RST, events)  # waited long enough for what the reset showed missing
+            entry = None
+        elif entry is not None and ts - (<_ConnectionState>entry[0]).last_seen > self.idle_timeout:
+            self._finish(entry[0], END_IDLE, events)  # (whether a sweep came in the silence or not)
             entry = None
         if entry is None:
             if not opening:
@@ -327,11 +336,15 @@ cdef class TcpReassembler:
         return events
 
     def flush(self) -> list:
-        """End of capture: give up on every hole and end every open connection."""
+        """End of capture: give up on every hole and end every open connection (those silent for more than
+        idle_timeout as idle)."""
         cdef list events = []
-        for state, direction in list(self._table.values()):
-            if direction == A_TO_B:
-                self._finish(state, END_CAPTURE, events)
+        cdef _ConnectionState state
+        for entry in list(self._table.values()):
+            state = entry[0]
+            if entry[1] == A_TO_B:
+                self._finish(state, END_IDLE if self._now - state.last_seen > self.idle_timeout else END_CAPTURE,
+                             events)
         self._closed.clear()
         self._closed_order.clear()
         return events
@@ -533,7 +546,7 @@ cdef class TcpReassembler:
             if direction == B_TO_A and key == state.keys[A_TO_B]:
                 break  # an endpoint connected to itself: its one key is gone already
             del self._table[key]
-            if reason != END_CROWDED:
+            if reason != END_CROWDED and reason != END_IDLE:  # (what those send later is not late: see above)
                 self._closed[key] = (now, conn, direction, half.base, half.next)
                 self._closed_order.append((now, key))
         self._forget_old_closed(now)
