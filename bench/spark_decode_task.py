@@ -2,7 +2,7 @@
 (`pipeline.connections.rows_of_batches` into `decode_segment_rows`, as pipeline.build does).
 
 The capture's segments are read into Arrow batches as the pipeline's read tasks make them (`pipeline.reading`),
-sorted by (key, ts, file, index) as the shuffle sorts a partition, cut into batches of --batch-rows rows (Spark's
+sorted by reading.SEGMENT_ORDER as the shuffle sorts a partition, cut into batches of --batch-rows rows (Spark's
 spark.sql.execution.arrow.maxRecordsPerBatch, 10,000 by default) and decoded as one partition
 holding every connection; the staged tables go to a temporary folder. Prints the seconds the decode took
 and per TCP segment and per Kafka message; --profile adds cProfile's top functions.
@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from kafkasniff.pipeline.build import RunFact
 from kafkasniff.pipeline.connections import decode_segment_rows, rows_of_batches
-from kafkasniff.pipeline.reading import read_local
+from kafkasniff.pipeline.reading import SEGMENT_ORDER, read_local
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -40,8 +40,7 @@ from instructions import cut_capture  # noqa: E402  (a sibling script)
 def sorted_segments(capture: Path) -> pa.Table:
     batches = list(read_local(str(capture), capture.name, 0, lambda report: None))
     table = pa.Table.from_batches(batches)
-    return table.sort_by([("key", "ascending"), ("ts", "ascending"), ("file", "ascending"),
-                          ("index", "ascending")])
+    return table.sort_by([(name, "ascending") for name in SEGMENT_ORDER])
 
 
 def decode(segments: pa.Table, batch_rows: int, out: str) -> int:

@@ -740,12 +740,13 @@ def test_bucket_bytes_add_up_each_connections_captured_bytes_in_its_bucket(tmp_p
 @settings(max_examples=120, deadline=None)
 @given(steps=st.lists(st.integers(-3, 3), min_size=1, max_size=60), udp=st.sets(st.integers(0, 59)),
        form=st.sampled_from(["pcap", "pcapng"]), chunk=st.sampled_from([1, 100, 1 << 20]), shared=st.booleans())
-def test_each_segment_comes_with_the_latest_time_of_any_record_up_to_it(tmp_path_factory, steps, udp, form, chunk,
+def test_each_segment_comes_with_the_latest_time_of_any_tcp_packet_up_to_it(tmp_path_factory, steps, udp, form, chunk,
                                                                         shared):
-    """segment_batches_reached (the pipeline's order of a file's packets among other files'): with each item, the
-    latest time of any record of the file up to it, whatever the read size; frames that hold no segment (UDP here)
-    and other shares' segments move it too. A chunk whose items are each at their own time has None instead.
-    Record times step back and forth by whole seconds."""
+    """segment_batches_reached (the pipeline's order of a file's packets among other files', and its capture time):
+    with each item, the latest time of any TCP packet of the file up to it, whatever the read size; other shares'
+    segments move it too, frames that hold no segment (UDP here) do not, as TCP reassembly does not see them. A
+    chunk whose items are each at their own time has None instead; `time_reached` is the file's latest. Record times
+    step back and forth by whole seconds."""
     from pcapkit import Packet, read_packets, write_pcap, write_pcapng
 
     group = read_packets(Path(__file__).parents[1] / "captures" / "consumer_group.pcap")
@@ -760,9 +761,9 @@ def test_each_segment_comes_with_the_latest_time_of_any_record_up_to_it(tmp_path
     expected, latest = [], -float("inf")  # (segment, time reached) of each TCP record
     with open_capture(path) as reader:
         for ts, linktype, frame, _ in reader.frames():
-            latest = max(latest, ts)
             seg = FrameParser().parse(frame, linktype, ts)
             if seg is not None and not isinstance(seg, str):
+                latest = max(latest, ts)
                 expected.append((seg, latest))
     owners = array("H", [n % 2 for n in range(files.CONNECTION_BUCKETS)]).tobytes() if shared else None
     saved, files._SCAN_CHUNK = files._SCAN_CHUNK, chunk
@@ -770,6 +771,7 @@ def test_each_segment_comes_with_the_latest_time_of_any_record_up_to_it(tmp_path
         with open_capture(path) as reader:
             got = [(item, None if reached is None else reached[n])
                    for items, reached in reader.segment_batches_reached(0, owners) for n, item in enumerate(items)]
+            assert reader.time_reached == latest
     finally:
         files._SCAN_CHUNK = saved
     assert len(got) == len(expected) == len(steps) - len(udp & set(range(len(steps))))

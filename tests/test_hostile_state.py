@@ -8,6 +8,7 @@ resident memory are bounded (one process: the captures are below the size at whi
 from __future__ import annotations
 
 import json
+import math
 import struct
 import subprocess
 import sys
@@ -101,7 +102,9 @@ def test_a_request_unanswered_longer_than_any_timeout_is_given_up(tmp_path):
 
 def test_a_request_on_a_connection_given_up_as_idle_is_named(tmp_path):
     """A connection without a packet for more than 900 s of capture time (another connection's packets tell the
-    time) is given up, and its request without a response said then: not the connection's end, nor the capture's."""
+    time) is given up, and its request without a response said then: not the connection's end, nor the capture's.
+    It was given up as of the first multiple of 90 s (the idle sweeps' interval) after its 900 s, before the packet
+    that brought capture time past it."""
     quiet = TcpConversation(("10.0.0.1", 40000), ("10.0.0.2", 9092))
     quiet.send(True, header_only_requests([5]))
     busy = TcpConversation(("10.0.0.3", 40001), ("10.0.0.2", 9092))
@@ -111,7 +114,9 @@ def test_a_request_on_a_connection_given_up_as_idle_is_named(tmp_path):
     busy.send(True, header_only_requests([2])).send(False, struct.pack(">iihi", 10, 2, 0, 0))
     capture = write_pcap(tmp_path / "idle.pcap", merged(quiet.packets, busy.close()))
     (notice,) = [e for e in decoded_json(capture) if e["kind"] == "notice"]
-    assert notice == {"kind": "notice", "ts": busy.packets[woken].ts, "notice": "unanswered", "stream": 0,
+    given_up = (math.floor((quiet.packets[-1].ts + 900) / 90) + 1) * 90
+    assert quiet.packets[-1].ts + 900 < given_up < busy.packets[woken].ts
+    assert notice == {"kind": "notice", "ts": given_up, "notice": "unanswered", "stream": 0,
                       "text": "1 request without a response when the connection was given up as idle: "
                               "ApiVersions v0 corr=5", "src": "10.0.0.1:40000", "dst": "10.0.0.2:9092"}
 

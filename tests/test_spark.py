@@ -633,6 +633,35 @@ def test_connections_silent_past_the_idle_timeout_end_as_in_decode(spark, tmp_pa
     assert sum(reason == "idle" for reason in ended.values()) == 2
 
 
+@pytest.mark.parametrize("through", ["each task reading every file", "the shuffle"])
+@pytest.mark.parametrize("capture, seed", [("rebalance_kafka_python", 1), ("rebalance_confluent_kafka", 3)])
+def test_captures_that_lost_packets_give_the_commands_analyses(spark, tmp_path, monkeypatch, through, capture, seed):
+    """A rebalancing consumer group's capture that lost 3 % of its packets: the holes are given up 10 s on, in
+    `decode` at a sweep of all its connections (before the first packet of the whole second after), which a Spark
+    task, seeing one connection's packets, does with the time the capture reached at each (and where the run's
+    capture ends): the groups and partitions tables equal what `groups --json` and `lag --json` say, and the
+    messages what `decode --json` says. When a task gave a hole up at its connection's next packet, the messages
+    it held reached the analyses later than in the commands (a generation, a fetch's group), on these two
+    captures."""
+    import random
+
+    from pcapkit import read_packets
+
+    if through == "the shuffle":
+        monkeypatch.setattr(build, "UNSHUFFLED_MAX_BYTES", 0)
+    rng = random.Random(seed)
+    packets = read_packets(Path(__file__).resolve().parents[1] / "captures" / f"{capture}.pcap")
+    lossy = write_pcap(tmp_path / "lossy.pcap", [packet for packet in packets if rng.random() >= 0.03])
+    out = tmp_path / "tables"
+    result = CliRunner().invoke(main, ["spark", str(lossy), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    tables = read_tables(spark, out)
+    assert sum(c["gaps"] for c in tables["connections"]) >= 10
+    assert_messages_and_connections_equal_decode(tables, lossy)
+    groups, _ = assert_analysed_tables_equal_the_commands(out, [str(lossy)])
+    assert groups
+
+
 @pytest.mark.parametrize("second_misses", [0, 1])
 def test_thousands_of_packets_of_one_time_in_two_files_are_ordered_in_linear_time(tmp_path, second_misses):
     """Hostile input: a connection's 60,000 segments, all of one time, in each of two files (the same packets; or the
@@ -802,7 +831,7 @@ def test_each_tasks_share_of_the_files_comes_in_the_shuffles_order(tmp_path, mon
     monkeypatch.setattr(reading, "BATCH_SEGMENTS", 100)  # several batches a task
     paths = [str(path) for path in files]
     owners = reading.connection_shares(paths, 3)
-    shares = [[row for batch in shard_rows(paths, shard, owners, lambda read: None) for row in batch]
+    shares = [[row for batch in shard_rows(paths, shard, owners, lambda read: None, []) for row in batch]
               for shard in range(3)]
     assert all(shares) and sorted(row for share in shares for row in share) == every
     for share in shares:
@@ -847,7 +876,7 @@ def test_each_task_gets_about_as_many_bytes_of_connections(shards, monkeypatch):
     # written could disagree with another about a connection)
     monkeypatch.setattr(CaptureReader, "bucket_bytes", lambda reader: pytest.fail("a task counted bytes"))
     for shard in range(shards):
-        keys = {row[0] for batch in shard_rows(paths, shard, owners, lambda read: None) for row in batch}
+        keys = {row[0] for batch in shard_rows(paths, shard, owners, lambda read: None, []) for row in batch}
         assert keys == {key for key, bucket in with_key.items() if owner[bucket] == shard}
     assert reading.connection_shares(paths, 1) is None
 
@@ -875,7 +904,8 @@ def decoded_in_one_task(path, out) -> list:
     from kafkasniff.pipeline.connections import decode_segment_rows
 
     return [build.RunFact._make(fact) for fact in decode_segment_rows(
-        shard_rows([str(path)], 0, None, lambda read: None), [str(path)], frozenset(), str(out), "_staging", "00000-0")]
+        shard_rows([str(path)], 0, None, lambda read: None, []), [str(path)], frozenset(), str(out), "_staging",
+        "00000-0")]
 
 
 def records_staged_ten_at_a_time(tmp_path, monkeypatch):
@@ -1272,8 +1302,9 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
     sorting runs of a bounded size (a segment's Seens may straddle two) and merging them, as soon as there are
     MERGED_AT_ONCE of a generation, and at its end into one file when more than it may leave are left (else left as
     they are: here two); batches small enough to end anywhere, keys that tie on time, file and index and differ in
-    the sequence number, and messages released by a connection's end (time infinite) after every segment. However
-    many tasks a run has, the analyses merge at most FILES_MERGED files, or one a task."""
+    the sequence number, messages released by waits that ended (before the packets of their time, by where their
+    connections were opened) and by a connection's end (time infinite) after every segment. However many tasks a
+    run has, the analyses merge at most FILES_MERGED files, or one a task."""
     import marshal
     import random
 
@@ -1292,9 +1323,11 @@ def test_staged_seens_are_merged_in_key_order_a_batch_at_a_time(tmp_path, monkey
         merges.append([])
         staged = analysis.StagedSeen(str(tmp_path), "_staging", f"t{task}", files_left=2)
         for seq in range(rows):
-            key = (rng.choice([1.5, 2.0, 2.25, analysis.AT_THE_END]), rng.randrange(3), rng.randrange(4) * 5 + task)
-            staged.add(*key, (task, seq))
-            every.append((*key, seq, (task, seq)))
+            position = (rng.choice([1.5, 2.0, 2.25, analysis.AT_THE_END]), rng.randrange(-1, 3),
+                        rng.randrange(4) * 5 + task)
+            opened = analysis.IN_A_PACKET if position[1] >= 0 else (rng.choice([0.5, 1.0]), rng.randrange(2), task)
+            staged.add(position, opened, (task, seq))
+            every.append((*position, *opened, seq, (task, seq)))
         closed = staged.close()
         left.append([files_rows for _, files_rows in closed])
         staged_files += [path for path, _ in closed]

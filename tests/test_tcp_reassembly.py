@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dpkt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkasniff.capture.files import open_capture
 from kafkasniff.capture.packets import ACK, FIN, RST, SYN, TcpSegment
@@ -379,25 +382,27 @@ def test_buffer_bound_gives_up_the_hole():
 
 
 def test_wait_bound_gives_up_the_hole_on_any_later_traffic():
+    """A hole that showed at 1.5 s is given up once capture time reaches the first whole second after its 2 s
+    wait (4.0), before the packet of another connection that brought it there."""
     other = ("10.0.0.3", 40001)
     reassembler = TcpReassembler(max_wait=2.0)
     for segment in [seg(CLIENT, 0, b"s", ts=1.0), seg(CLIENT, 5, b"late", ts=1.5)]:
         reassembler.feed(segment)
-    quiet = reassembler.feed(TcpSegment(3.0, *other, *SERVER, 1, 0, ACK, b"x"))
+    quiet = reassembler.feed(TcpSegment(3.9, *other, *SERVER, 1, 0, ACK, b"x"))
     assert summary(quiet) == [("open", 1, None), ("data", A_TO_B, 0, b"x")]
-    given_up = reassembler.feed(TcpSegment(4.0, *other, *SERVER, 2, 0, ACK, b"y"))
-    assert summary(given_up) == [("data", A_TO_B, 1, b"y"), ("gap", A_TO_B, 1, 4), ("data", A_TO_B, 5, b"late")]
-    assert [e.conn.stream for e in given_up] == [1, 0, 0]
-    # given up at 4.0, the hole showed at 1.5 with the bytes after it: the gap bears that time, as they do
-    assert [e.ts for e in given_up] == [4.0, 1.5, 1.5]
+    given_up = reassembler.feed(TcpSegment(4.2, *other, *SERVER, 2, 0, ACK, b"y"))
+    assert summary(given_up) == [("gap", A_TO_B, 1, 4), ("data", A_TO_B, 5, b"late"), ("data", A_TO_B, 1, b"y")]
+    assert [e.conn.stream for e in given_up] == [0, 0, 1]
+    # the hole showed at 1.5 with the bytes after it: the gap bears that time, as they do
+    assert [e.ts for e in given_up] == [1.5, 1.5, 4.2]
 
 
 def test_tick_gives_up_holes_without_traffic():
     reassembler = TcpReassembler(max_wait=2.0)
     reassembler.feed(seg(CLIENT, 0, b"s", ts=1.0))
     reassembler.feed(seg(CLIENT, 5, b"late", ts=1.0))
-    assert reassembler.tick(2.5) == []
-    given_up = reassembler.tick(3.5)
+    assert reassembler.tick(3.5) == []  # (2 s after the hole, the wait ends at the next whole second)
+    given_up = reassembler.tick(4.0)
     assert summary(given_up) == [("gap", A_TO_B, 1, 4), ("data", A_TO_B, 5, b"late")]
     assert [e.ts for e in given_up] == [1.0, 1.0]
 
@@ -454,8 +459,8 @@ def test_reset_gives_up_on_missing_bytes_after_the_wait():
                     seg(SERVER, 0, flags=RST | ACK, ack=6, ts=1.5)]:
         assert ("end", BOTH, END_RST) not in summary(reassembler.feed(segment))
     assert reassembler.open_connections == 1
-    assert summary(reassembler.tick(3.0)) == []
-    assert summary(reassembler.tick(3.6)) == [("gap", A_TO_B, 2, 2), ("data", A_TO_B, 4, b"ef"),
+    assert summary(reassembler.tick(3.9)) == []
+    assert summary(reassembler.tick(4.0)) == [("gap", A_TO_B, 2, 2), ("data", A_TO_B, 4, b"ef"),
                                               ("end", A_TO_B, END_RST), ("end", BOTH, END_RST)]
     assert reassembler.open_connections == 0
 
@@ -621,12 +626,14 @@ def test_idle_connections_are_ended_so_the_table_stays_bounded():
     other = ("10.0.0.9", 40001)
     events = reassembler.feed(seg(CLIENT, 1000, b"old", ts=0.0))
     events += reassembler.feed(TcpSegment(0.5, *other, *SERVER, 1, 0, ACK, b"a"))
-    # The second connection keeps talking; the first says nothing for more than 15 minutes.
+    # The second connection keeps talking; the first says nothing for more than 15 minutes: it is ended as of the
+    # first multiple of 90 s (the idle sweeps' interval) after that, when capture time gets there.
     for t in range(60, 1000, 60):
         events += reassembler.feed(TcpSegment(float(t), *other, *SERVER, 1 + t // 60, 0, ACK, b"b"))
+    assert not [e for e in events if isinstance(e, StreamEnd)]
+    events += reassembler.feed(TcpSegment(1020.0, *other, *SERVER, 20, 0, ACK, b"b"))
     ends = [e for e in events if isinstance(e, StreamEnd)]
-    assert [(e.conn.stream, e.direction, e.reason) for e in ends] == [(0, BOTH, "idle")]
-    assert 900.0 < ends[0].ts <= 1000.0
+    assert [(e.conn.stream, e.direction, e.reason, e.ts) for e in ends] == [(0, BOTH, "idle", 990.0)]
     assert reassembler.open_connections == 1
 
 
@@ -694,3 +701,54 @@ def test_beyond_the_open_connections_allowed_those_with_fewest_bytes_are_crowded
     later = reassembler.feed(TcpSegment(7.0, *clients[2], *SERVER, 3, 0, ACK, b"later", 0))
     assert [type(e) for e in later] == [StreamEnd, ConnectionOpened, StreamData] and later[-1].data == b"later"
     assert later[0].conn.a.port == 2004
+
+
+def _event_text(event) -> tuple:
+    """An event without its connection's stream number (a reassembler numbers only what it sees)."""
+    return (type(event).__name__, *(value for name, value in zip(event._fields, event) if name != "conn"),
+            event.conn.a, event.conn.b)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(1, 30), st.sampled_from(["data", "rst", "fin"]),
+                          st.floats(0, 40), st.booleans()), min_size=1, max_size=40))
+def test_a_reassembler_fed_one_connection_ends_its_waits_as_one_fed_the_whole_capture(packets):
+    """What a Spark task does (a reassembler per 4-tuple, told the capture's time at each of its packets and at the
+    end: fire_next) gives each connection the events a reassembler fed every packet gives it, in the same order
+    among all connections' events: holes given up, resets' waits and silences ended as of the same times, before
+    the packets of those times (at one time, in the order the connections were opened), and the rest at their
+    packets. Three connections send data (lost at random, leaving holes), resets and FINs, capture time stepping
+    0-40 s (so that silences pass the idle timeout, here 60 s)."""
+    clients = [("10.0.0.1", 40000 + n) for n in range(3)]
+    sent = {}  # (client, from the client) -> the bytes sent so far
+    segments = []
+    ts = 1000.0
+    for client, from_client, size, kind, step, lost in packets:
+        ts += step
+        sender, receiver = (clients[client], SERVER) if from_client else (SERVER, clients[client])
+        seq = sent.get((client, from_client), 0) + (0 if from_client else 5000)
+        flags = {"data": ACK, "rst": RST | ACK, "fin": FIN | ACK}[kind]
+        data = bytes(size) if kind == "data" else b""
+        sent[client, from_client] = sent.get((client, from_client), 0) + len(data)
+        if not lost:
+            segments.append(TcpSegment(ts, *sender, *receiver, seq, 0, flags, data, 0))
+    options = dict(idle_timeout=60.0)
+    whole = TcpReassembler(**options)
+    in_whole = [_event_text(e) for s in segments for e in whole.feed(s)] + [_event_text(e) for e in whole.flush()]
+    alone, keyed, opened = {}, [], {}  # per 4-tuple: its reassembler; (key, event); where each connection opened
+    clock = -math.inf
+    for index, s in enumerate(segments):
+        clock = max(clock, s.ts)
+        key = frozenset({(s.src, s.sport), (s.dst, s.dport)})
+        reassembler = alone.setdefault(key, TcpReassembler(**options))
+        while (fired := reassembler.fire_next(clock)) is not None:
+            keyed += [((fired[0], -1, opened[e.conn.a, e.conn.b, e.conn.stream]), _event_text(e)) for e in fired[1]]
+        for e in reassembler.feed(s):
+            opened.setdefault((e.conn.a, e.conn.b, e.conn.stream), index)
+            keyed.append(((clock, 0, index), _event_text(e)))
+    for key, reassembler in alone.items():
+        while (fired := reassembler.fire_next(clock)) is not None:
+            keyed += [((fired[0], -1, opened[e.conn.a, e.conn.b, e.conn.stream]), _event_text(e)) for e in fired[1]]
+        keyed += [((math.inf, -1, opened[e.conn.a, e.conn.b, e.conn.stream]), _event_text(e))
+                  for e in reassembler.flush(clock)]
+    assert [text for _, text in sorted(keyed, key=lambda pair: pair[0])] == in_whole

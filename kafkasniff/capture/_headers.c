@@ -14,8 +14,8 @@
  *     other shards' connections are None; with `counts` (a writable 64-bit count per bucket),
  *     no items are made and each TCP frame's captured bytes are added to its bucket's count.
  *     With `clock` (one writable native double, kept from scan to scan of a file: the latest
- *     time of any record so far), `reached` is None when no item was made behind the clock, else
- *     bytes holding the clock's time at each item (native doubles); without, it is None.
+ *     time of any TCP packet so far), `reached` is None when no item was made behind the clock,
+ *     else bytes holding the clock's time at each item (native doubles); without, it is None.
  * scan_pcapng(buf, big_endian, interfaces, max_record, skipped, parse[, shard, owners, counts, clock])
  *     -> (items, records, pos, at_block, reached): the whole packet blocks (enhanced, simple, obsolete) at
  *     the start of buf, made as scan_pcap makes records; `interfaces` holds (linktype, units per
@@ -311,11 +311,12 @@ typedef struct {
 
 static const Share EVERY_CONNECTION;  /* (all zero) */
 
-/* The capture time a file has reached while it is read: the latest time of any of its records so far (a record's
- * own time goes back when the capture's clock is stepped back). Files merged by time, as mergecap merges them (the
- * file whose next record has the least time goes next), give their records in the order of the times reached
- * (then file, then place in it), and a single file in its own order: the pipeline sorts by it (reading.pyx). A scan
- * with a clock notes its time at each item made, and hands the notes over only when some item was behind it. */
+/* The capture time a file has reached while it is read: the latest time of its TCP packets so far (a packet's own
+ * time goes back when the capture's clock is stepped back). Files merged by time, as mergecap merges them (the file
+ * whose next packet has the least time goes next), give their packets in the order of the times reached (then
+ * file, then place in it), and a single file in its own order: the pipeline sorts by it (reading.pyx). It is also
+ * the capture time TCP reassembly keeps (stream/tcp.pyx), which sees the TCP packets only. A scan with a clock
+ * notes its time at each item made, and hands the notes over only when some item was behind it. */
 typedef struct {
     Py_buffer view;      /* one native double, writable, kept between a file's scans; view.obj NULL: no clock */
     double reached;
@@ -511,11 +512,10 @@ static int count_skip(PyObject *skipped, PyObject *reason) { return count_skips(
 
 /* One captured record: its segment (segments; None when it is another share's), or its (ts, linktype, frame,
  * wire_len); a frame without a segment is counted in `skipped` by its reason. When the share counts bytes, only
- * that: a TCP frame's captured bytes added to its connection's bucket. The clock (NULL: none) passes every record's
- * time. */
+ * that: a TCP frame's captured bytes added to its connection's bucket. The clock (NULL: none) passes every TCP
+ * packet's time. */
 static int add_record(PyObject *items, PyObject *skipped, int segments, const Share *share, Clock *clock,
                       const uint8_t *f, Py_ssize_t caplen, long linktype, double ts, Py_ssize_t wire_len) {
-    clock_passes(clock, ts);
     if (share->bucket_bytes != NULL) {
         tcp_fields t;
         if (parse(f, caplen, linktype, wire_len, &t) == SKIP_NONE)
@@ -537,6 +537,8 @@ static int add_record(PyObject *items, PyObject *skipped, int segments, const Sh
         return -1;
     int failed = PyList_Append(items, item);
     Py_DECREF(item);
+    if (segments)
+        clock_passes(clock, ts);
     return failed ? failed : clock_note(clock, ts);
 }
 

@@ -98,6 +98,7 @@ class CaptureReader:
             raise
         self.warnings: list[str] = []
         self.frames_read = 0
+        self.time_reached = -math.inf  # (segment_batches_reached)
         self._parser = FrameParser()
         self.skipped = self._parser.skipped
 
@@ -160,11 +161,13 @@ class CaptureReader:
     def segment_batches_reached(self, shard: int = 0,
                                 owners: bytes | None = None) -> Iterator[tuple[list[TcpSegment | None], array | None]]:
         """`segment_batches(shard, owners)`, each list with the capture time the file had reached at each of its items
-        (the latest time of any record up to it): None when that is every segment's own time, else an array('d')
-        of a time per item. A file's records whose time went back (its clock stepped back) come after those before
-        them when files are merged by time: the times reached order them, as mergecap orders them."""
+        (the latest time of any TCP packet up to it): None when that is every segment's own time, else an
+        array('d') of a time per item. A file's packets whose time went back (its clock stepped back) come after
+        those before them when files are merged by time: the times reached order them, as mergecap orders them.
+        `time_reached` is the latest so far (-inf before any)."""
         clock = array("d", [-math.inf])
         for items, reached in self._records(True, shard, owners, clock=clock):
+            self.time_reached = clock[0]
             yield items, None if reached is None else array("d", reached)
 
     def bucket_bytes(self, counts: array | None = None) -> array:

@@ -12,8 +12,9 @@ where the work is, stays spread over the tasks:
 - each decode task makes, of each message, what the analyses read of it (analyses.wire.Seen: bodies of the
   group APIs, partition facts without records, a few hundred bytes), keyed by the capture position of
   the segment that completed it (the time its file had reached, file, index, and a sequence number for messages
-  ending in the same segment; messages only the connection's end releases come after every segment, in
-  connection order),
+  ending in the same segment); messages a wait's end releases (a hole given up, at a multiple of the sweep
+  interval: stream.tcp) before the segments of that time, and those the connection's end releases after every
+  segment, in the order the connections were opened (where their first packets are),
   and stages them sorted by that key (`StagedSeen`: sorted runs of a bounded size, at most a few files per
   task);
 - one task of the finishing job merges the staged files in key order, one batch of each at a time
@@ -41,9 +42,13 @@ from kafkasniff.pipeline.tables import GROUPS, PARTITIONS
 from kafkasniff.pipeline.writing import STAGED_SUFFIX, StagedWriter, output_fs, staged_batches, write_rows
 
 STAGED_NAME = "seen"  # the staged files' folder, and their name among the run's facts
-_SCHEMA = pa.schema([("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()), ("seq", pa.int64()),
-                     ("seen", pa.binary())])
-_KEY = [(name, "ascending") for name in ("ts", "file", "index", "seq")]  # (seq: the order staged, in a task)
+_SCHEMA = pa.schema([("ts", pa.float64()), ("file", pa.int32()), ("index", pa.int64()),
+                     ("opened_ts", pa.float64()), ("opened_file", pa.int32()), ("opened_index", pa.int64()),
+                     ("seq", pa.int64()), ("seen", pa.binary())])
+# (seq: the order staged, in a task)
+_KEY = [(name, "ascending") for name in ("ts", "file", "index", "opened_ts", "opened_file", "opened_index", "seq")]
+BEFORE_THE_PACKETS = -1  # the file (and index) of a Seen released at a time before that time's packets'
+IN_A_PACKET = (0.0, 0, 0)  # the `opened` of a Seen a packet released (one connection's: no order among connections)
 _BATCH_ROWS = 4096
 AT_THE_END = math.inf  # the time key of messages released by a connection's end
 
@@ -70,21 +75,28 @@ class StagedSeen:
         self._stem = f"{root}/{staging}/{STAGED_NAME}/{task}"
         # The columns as they come (a task's connections one after another, not in key order): sorted by Arrow
         # when the run is written.
-        self._ts, self._file, self._index = array.array("d"), array.array("i"), array.array("q")
+        self._key = _key_columns()
         self._seen: list[bytes] = []
         self._bytes = 0
         self._staged = 0  # Seens in the runs written: the next one's first sequence number
         self._files: list[tuple[str, int, int]] = []  # (path, rows, generation: 0 a run, n + 1 a merge of n's)
         self._named = 0  # files named so far
 
-    def add(self, ts: float, file: int, index: int, plain_seen: tuple) -> None:
+    def add(self, position: tuple, opened: tuple, plain_seen: tuple) -> None:
+        """A Seen released at `position` (time reached, file, index: a packet's; or a time, BEFORE_THE_PACKETS
+        twice, or AT_THE_END and BEFORE_THE_PACKETS twice) of the connection whose first packet is at `opened` (the
+        same three; IN_A_PACKET for a packet's)."""
         # Marshalled (plain values only, made and read by this run's own tasks, on the one Python version Spark
         # allows its driver and executors): made in half a pickle's time, and a decode task stages a Seen for about
         # every other message.
         seen = marshal.dumps(plain_seen)
-        self._ts.append(ts)
-        self._file.append(file)
-        self._index.append(index)
+        ts, file, index, opened_ts, opened_file, opened_index = self._key  # (a loop over them cost a tenth of a task)
+        ts.append(position[0])
+        file.append(position[1])
+        index.append(position[2])
+        opened_ts.append(opened[0])
+        opened_file.append(opened[1])
+        opened_index.append(opened[2])
         self._seen.append(seen)
         self._bytes += len(seen)
         if self._bytes >= self.RUN_BYTES:
@@ -101,13 +113,12 @@ class StagedSeen:
     def _write_run(self) -> None:
         rows = len(self._seen)
         # (the sequence numbers go on from run to run: they order a segment's Seens, which two runs may share)
-        table = pa.table([np.frombuffer(self._ts, np.float64), np.frombuffer(self._file, np.int32),
-                          np.frombuffer(self._index, np.int64), np.arange(self._staged, self._staged + rows,
-                                                                           dtype=np.int64),
-                          pa.array(self._seen, pa.binary())], schema=_SCHEMA)
+        key = [np.frombuffer(column, column.typecode) for column in self._key]
+        table = pa.table(key + [np.arange(self._staged, self._staged + rows, dtype=np.int64),
+                                pa.array(self._seen, pa.binary())], schema=_SCHEMA)
         self._write([table.sort_by(_KEY)], rows, 0)
         self._staged += rows
-        self._ts, self._file, self._index = array.array("d"), array.array("i"), array.array("q")
+        self._key = _key_columns()
         self._seen, self._bytes = [], 0
         generation = 0
         while len(same := [f for f in self._files if f[2] == generation]) >= self.MERGED_AT_ONCE:
@@ -184,12 +195,16 @@ def _last_key(table: pa.Table) -> tuple:
 
 def _rows_up_to(table: pa.Table, bound: tuple) -> int:
     """How many of the table's first rows (sorted by key) have a key at most `bound`."""
-    ts, file, index, seq = (table.column(name).to_numpy() for name, _ in _KEY)
-    at_most = seq <= bound[3]
-    at_most = (index < bound[2]) | ((index == bound[2]) & at_most)
-    at_most = (file < bound[1]) | ((file == bound[1]) & at_most)
-    at_most = (ts < bound[0]) | ((ts == bound[0]) & at_most)
+    columns = [table.column(name).to_numpy() for name, _ in _KEY]
+    at_most = columns[-1] <= bound[-1]
+    for column, limit in zip(reversed(columns[:-1]), reversed(bound[:-1])):
+        at_most = (column < limit) | ((column == limit) & at_most)
     return int(at_most.sum())
+
+
+def _key_columns() -> list[array.array]:
+    """A run's key columns but the sequence number (_SCHEMA's types), as they come."""
+    return [array.array(typecode) for typecode in "diqdiq"]
 
 
 def analyse(staged: list[str], out: str) -> dict[str, int]:

@@ -59,7 +59,6 @@ from kafkasniff.pipeline.reading import SEGMENT_DDL, SEGMENT_ORDER, connection_s
 from kafkasniff.pipeline.sparkenv import sql_session
 from kafkasniff.pipeline.tables import CONNECTIONS, GROUPS, MESSAGES, PARTITIONS, RECORDS, TABLES
 from kafkasniff.pipeline.writing import mark_done, remove_staging, replace_tables
-from kafkasniff.stream import tcp
 
 _COUNTS = ("files", "bytes", "frames", "segments")
 _CONTEXTS_RUN = weakref.WeakSet()  # the SparkContexts that ran a build_tables
@@ -149,7 +148,7 @@ def build_tables(sc, files: list[CaptureFile], out: str, port_hints=(), partitio
     if without_shuffle:
         parts = min(parts, CONNECTION_BUCKETS)  # (a task per bucket at most: its connections go together)
 
-    def decode(row_lists):
+    def decode(row_lists, capture_end):
         """A decode task's facts, from its segment rows (connections.decode_segment_rows)."""
         from pyspark import TaskContext
 
@@ -161,7 +160,7 @@ def build_tables(sc, files: list[CaptureFile], out: str, port_hints=(), partitio
         # (named by the task attempt's id, unique in the run: attempt numbers start again when a stage is re-run,
         # while the earlier attempt's task may still be writing)
         return decode_segment_rows(row_lists, names, hints, out, staging,
-                                   f"{task.partitionId():05d}-{task.taskAttemptId()}", keylog_text, parts)
+                                   f"{task.partitionId():05d}-{task.taskAttemptId()}", keylog_text, parts, capture_end)
 
     try:
         # (the driver's collections: a pass over every generation walks pyspark's and py4j's objects, 12-37 ms, about
@@ -193,14 +192,17 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
             from kafkasniff.pipeline.reading import shard_rows
 
             for shard in shards:
-                yield from decode(shard_rows(paths, shard, owners, stats.add))
+                times_reached = []  # (each file's end, known before the first rows: shard_rows)
+                yield from decode(shard_rows(paths, shard, owners, stats.add, times_reached),
+                                  lambda: max(times_reached, default=None))
 
         collected = sc.parallelize(range(parts), parts).mapPartitions(read_and_decode).collect()
     else:
         def decode_batches(batches):
             from kafkasniff.pipeline.connections import rows_of_batches
+            from kafkasniff.pipeline.writing import time_reached
 
-            found = decode(rows_of_batches(batches))
+            found = decode(rows_of_batches(batches), lambda: time_reached(out, staging))
             if found:
                 yield pa.RecordBatch.from_struct_array(pa.array(found, pa.struct(RUN_FACTS_SCHEMA)))
 
@@ -209,7 +211,7 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
         # 5.04-5.22 s against 4.85-5.09 s, four runs alternated)
         spark = sql_session()
         starting = _start_python_workers(sc, parts) if first_run else None
-        collected = (_segments(spark, files, stats, sc.defaultParallelism)
+        collected = (_segments(spark, files, stats, sc.defaultParallelism, out, staging)
                      .repartition(parts, "key")
                      .sortWithinPartitions(*SEGMENT_ORDER)
                      .mapInArrow(decode_batches, RUN_FACTS_DDL)
@@ -218,8 +220,6 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
             starting.join()
     facts = [RunFact._make(fact) for fact in collected]
     streams = {connection_id: number for number, connection_id in enumerate(connection_order(facts))}
-    capture_end = max((f.last_ts for f in facts if f.last_ts is not None), default=None)
-    idle_before = None if capture_end is None else capture_end - round(tcp.IDLE_TIMEOUT * 1e6)
     topic_of_id = dict(sorted({(f.topic_id, f.topic_name) for f in facts if f.topic_id is not None},
                               reverse=True))  # the smallest name wins
     staged = [(f.table_name, f.staged, f.rows) for f in facts if f.staged is not None and f.table_name != STAGED_NAME]
@@ -238,7 +238,7 @@ def _decode_and_write(sc, files: list[CaptureFile], stats, decode, out: str, sta
             for job in tasks[number]:
                 kind, what, _ = jobs[job]
                 counts = analyse(what, out) if kind == STAGED_NAME else {
-                    kind: finish_staged(kind, what, out, f"{job:05d}", streams, topic_of_id, idle_before)}
+                    kind: finish_staged(kind, what, out, f"{job:05d}", streams, topic_of_id)}
                 yield from counts.items()
 
     replace_tables(out)
@@ -358,9 +358,9 @@ def read_shares(f: CaptureFile, cores: int, big_files: int) -> int:
         return 1  # (the read task says why)
 
 
-def _segments(spark, files: list[CaptureFile], stats, cores: int):
+def _segments(spark, files: list[CaptureFile], stats, cores: int, out: str, staging: str):
     """One DataFrame of the segments of every file (SEGMENT_DDL), a read task per file (a few for a big local
-    file: read_shares)."""
+    file: read_shares), each file's end noted under out/staging for the decode tasks (writing.note_time_reached)."""
     numbered = list(enumerate(f.name for f in files))
     frames = []
     big_files = sum(f.local and f.size > READ_TASK_BYTES for f in files)
@@ -368,18 +368,24 @@ def _segments(spark, files: list[CaptureFile], stats, cores: int):
              for shares in [read_shares(f, cores, big_files)] for share in range(shares)]
     if local:
         def read_paths(batches):
+            from kafkasniff.pipeline.writing import note_time_reached
+
             for batch in batches:
                 for task in batch.column(0).to_pylist():
                     number, name, share, shares = local[task]
-                    yield from read_local(name, name, number, stats.add, share, shares)
+                    yield from read_local(name, name, number, stats.add, share, shares,
+                                          lambda time: note_time_reached(out, staging, number, time))
 
         frames.append(spark.range(len(local), numPartitions=len(local)).mapInArrow(read_paths, SEGMENT_DDL))
     remote = {name: n for (n, name), f in zip(numbered, files) if not f.local}
     if remote:
         def read_contents(batches):
+            from kafkasniff.pipeline.writing import note_time_reached
+
             for batch in batches:
                 for path, content in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-                    yield from read_spooled(path, content, remote[path], stats.add)
+                    yield from read_spooled(path, content, remote[path], stats.add,
+                                            lambda time: note_time_reached(out, staging, remote[path], time))
 
         frames.append(spark.read.format("binaryFile").load(list(remote)).select("path", "content")
                       .mapInArrow(read_contents, SEGMENT_DDL))

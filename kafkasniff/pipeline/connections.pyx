@@ -9,10 +9,13 @@ connections one after another (a port reused with a new SYN, or reused after a c
 gets its own row. A packet found, identical and at the same time, in several inputs (inputs
 that overlap) is fed once, in the place each file holding it gives it (_tie_order).
 
-The one difference from decoding a whole file in one process: capture time only advances
-with this 4-tuple's packets, so a hole in the stream is given up on at this connection's
-next packet (or its end) rather than at any later packet of the capture. A retransmission
-arriving more than the reassembler's max_wait after the hole can still fill it here.
+The reassembler sees only this 4-tuple's packets, while `decode`'s sees every packet of the
+capture and ends waits (a hole given up, a reset's wait, a silence) at its sweeps, whenever
+capture time passes a whole second: each row carries the time the capture had reached, and
+before each packet (and at the capture's end, which the reads tell) the waits that ended by
+then are ended as of the same times (TcpReassembler.fire_next), what they release keyed before
+the packets of that time, in the order the connections were opened. What differs: the limits on
+connections kept open (a flood of them) are the whole capture's in `decode`, not a 4-tuple's.
 
 Compiled: every segment of the run and every message passes through these loops, and in Python
 they (a TcpSegment made per row, per-segment counts, a row per message) cost three times what
@@ -22,12 +25,15 @@ decoding the bytes did.
 import hashlib
 import heapq
 
+from libc.math cimport INFINITY
+
 import pyarrow as pa
 
 from kafkasniff.analyses.wire import plain_seen
 from kafkasniff.capture.packets import TcpSegment
 from kafkasniff.engine.heap import collecting_rarely
-from kafkasniff.pipeline.analysis import AT_THE_END, STAGED_NAME, StagedSeen, files_left
+from kafkasniff.pipeline.analysis import (AT_THE_END, BEFORE_THE_PACKETS, IN_A_PACKET, STAGED_NAME, StagedSeen,
+                                          files_left)
 from kafkasniff.pipeline.reading import key_endpoints
 from kafkasniff.pipeline.tables import CONNECTIONS, MESSAGES, RECORDS
 from kafkasniff.pipeline.writing import StagedTables
@@ -47,14 +53,13 @@ _CONNECTION_NAMES = CONNECTIONS.raw_names
 # what it decoded is in the staged files.
 # `first_reached`: the time its file had reached at the connection's first packet (reading.SEGMENT_SCHEMA), in
 # microseconds; `first_copies`: where each file holding that packet holds it, when several do ([file, index, ...]),
-# to number connections opened at one time as those files order them (build.connection_order); `last_ts`: the latest
-# time of any packet of its 4-tuple, in microseconds (the latest of all is where the run's capture ends).
+# to number connections opened at one time as those files order them (build.connection_order).
 RUN_FACTS_DDL = ("connection_id string, first_reached bigint, first_file int, first_index bigint, "
-                 "first_copies array<bigint>, last_ts bigint, topic_id string, topic_name string, table_name string, "
-                 "staged string, rows bigint")
+                 "first_copies array<bigint>, topic_id string, topic_name string, table_name string, staged string, "
+                 "rows bigint")
 RUN_FACTS_SCHEMA = pa.schema([("connection_id", pa.string()), ("first_reached", pa.int64()),
                               ("first_file", pa.int32()), ("first_index", pa.int64()),
-                              ("first_copies", pa.list_(pa.int64())), ("last_ts", pa.int64()),
+                              ("first_copies", pa.list_(pa.int64())),
                               ("topic_id", pa.string()), ("topic_name", pa.string()), ("table_name", pa.string()),
                               ("staged", pa.string()), ("rows", pa.int64())])
 
@@ -164,7 +169,7 @@ cdef class ConnectionDecoder:
     cdef MessageColumns messages
     cdef RecordColumns records
     cdef object out, staged_seen
-    cdef double last_ts  # the latest time of its packets
+    cdef double next_sweep  # no wait ends before this capture time (asking the reassembler a packet cost 2 %)
 
     def __init__(self, port_hints: frozenset, topic_resolver: Output, file_names: list, out: StagedTables,
                  facts: list, staged_seen: StagedSeen, keylog: KeyLog = None):
@@ -177,6 +182,7 @@ cdef class ConnectionDecoder:
         self.messages, self.records = out.rows[MESSAGES.name], out.rows[RECORDS.name]
         self.facts = facts
         self.staged_seen = staged_seen
+        self.next_sweep = -INFINITY
 
     cdef void feed(self, seg, double reached, int file, long long index, copies) except *:
         """The segment at (reached, file, index): the time its file had reached, and where it is in the run;
@@ -185,8 +191,6 @@ cdef class ConnectionDecoder:
         late = reassembler.late_segments
         cdef list events = reassembler.feed(seg)
         cdef tuple position = (reached, file, index)
-        if (<tuple>seg)[0] > self.last_ts:
-            self.last_ts = (<tuple>seg)[0]
         if events:
             self._observe(events, position, copies)
         if self.current is not None and reassembler.late_segments == late:
@@ -194,8 +198,25 @@ cdef class ConnectionDecoder:
         if events:
             self._rows(self.analyzer.handle(events), position)
 
-    cdef void finish(self) except *:
-        cdef list events = self.reassembler.flush()
+    cdef void advance(self, double clock) except *:
+        """End the waits of the 4-tuple's connections that ended by capture time `clock` (the capture's at its next
+        packet, or at its end) as `decode`'s sweeps end them (TcpReassembler.fire_next): holes given up, resets'
+        waits and silences ended, each as of the time it ended; what they release is keyed there, before any
+        packet of that time."""
+        if clock < self.next_sweep:
+            return
+        self.next_sweep = self.reassembler.next_sweep_after(clock)
+        while True:
+            fired = self.reassembler.fire_next(clock)
+            if fired is None:
+                return
+            at, events = fired
+            self._observe(events, None, None)
+            self._rows(self.analyzer.handle(events), (at, BEFORE_THE_PACKETS, BEFORE_THE_PACKETS))
+
+    cdef void finish(self, double end) except *:
+        """End the 4-tuple's connections where the capture ends (`end`: its time; -INFINITY: at its last packet)."""
+        cdef list events = self.reassembler.flush(end)
         cdef _Tally tally
         self._observe(events, None, None)
         self._rows(self.analyzer.handle(events), None)
@@ -204,8 +225,7 @@ cdef class ConnectionDecoder:
             row = tally.row(self.file_names)
             rows.append(tuple([row[n] for n in _CONNECTION_NAMES]))
             self.facts.append((row["connection_id"], micros(tally.first_packet[0]), row["first_file"],
-                               row["first_index"], tally.first_copies, micros(self.last_ts), None, None, None, None,
-                               None))
+                               row["first_index"], tally.first_copies, None, None, None, None, None))
 
     cdef void _observe(self, list events, tuple position, copies) except *:
         """Fill the tallies from TCP events; `position` is that of the segment they came from (reached, file, index),
@@ -229,8 +249,8 @@ cdef class ConnectionDecoder:
                 tally.end_reason = ev[2]
 
     cdef void _rows(self, list events, tuple position) except *:
-        """Rows of the events handed over by the segment at `position` (time reached, file, index); None: by the
-        connection's end."""
+        """Rows of the events handed over by the segment at `position` (time reached, file, index), or by waits that
+        ended at a time (that time, BEFORE_THE_PACKETS twice); None: by the connection's end."""
         cdef MessageEvent ev
         cdef Message m
         cdef _Tally tally
@@ -259,20 +279,37 @@ cdef class ConnectionDecoder:
             read = plain_seen(ev, tally.id)
             if read is not None:
                 if position is None:
-                    self.staged_seen.add(AT_THE_END, tally.first_packet[1], tally.first_packet[2], read)
+                    self.staged_seen.add(_AT_THE_END, tally.first_packet, read)
+                elif position[1] == BEFORE_THE_PACKETS:
+                    self.staged_seen.add(position, tally.first_packet, read)
                 else:
-                    self.staged_seen.add(position[0], position[1], position[2], read)
+                    self.staged_seen.add(position, IN_A_PACKET, read)
 
 
 cdef void _feed_tie(ConnectionDecoder decoder, list tie, double reached) except *:
-    """Feed the connection's segments of one time reached, (segment, file, index) sorted by (file, index)."""
+    """Feed the connection's segments of one time reached, (segment, file, index) sorted by (file, index), after
+    the waits that ended by then."""
     cdef tuple one
+    decoder.advance(reached)
     if len(tie) > 1 and (<tuple>tie[0])[1] != (<tuple>tie[-1])[1]:
         for one in _tie_order(tie):
             decoder.feed(one[0], reached, one[1], one[2], one[3])
     else:
         for one in tie:
             decoder.feed(one[0], reached, one[1], one[2], None)
+
+
+cdef object _UNASKED = object()
+cdef tuple _AT_THE_END = (AT_THE_END, BEFORE_THE_PACKETS, BEFORE_THE_PACKETS)  # a connection's end's position
+
+
+cdef void _finish_connection(ConnectionDecoder decoder, list tie, double tie_reached, ends) except *:
+    """Feed the 4-tuple's last segments, end the waits that end by the capture's end (`ends`: its time; None:
+    unknown), and end its connections."""
+    _feed_tie(decoder, tie, tie_reached)
+    if ends is not None:
+        decoder.advance(ends)
+    decoder.finish(-INFINITY if ends is None else ends)
 
 
 cdef list _tie_order(list tie):
@@ -393,13 +430,16 @@ def rows_of_batches(batches):
 
 
 def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str out, str staging, str task,
-                        bytes keylog_text=b"", int tasks=1):
+                        bytes keylog_text=b"", int tasks=1, capture_end=None):
     """A decode task's segment rows (tuples in reading.SEGMENT_SCHEMA's order) given a list at a time, sorted by
     reading.SEGMENT_ORDER: a shuffled partition's (rows_of_batches) or a task's share of the files
     (reading.shard_rows).
     Rows of every table staged under out/staging (files named after `task`); returns the run's facts, tuples in
     RUN_FACTS_SCHEMA's order. keylog_text: the TLS key log lines the driver read, parsed once per task; `tasks`: how
-    many decode tasks the run has (the staged Seen files each may leave: analysis.files_left)."""
+    many decode tasks the run has (the staged Seen files each may leave: analysis.files_left); `capture_end`: a
+    callable giving the capture time the run ends at (None: unknown), asked once all the rows have been read: the
+    waits of a connection that end after its last packet end by then, as `decode`'s sweeps end them (asked when
+    the first connection ends: every read is done by then)."""
     staged = StagedTables(out, staging, task)
     staged_seen = StagedSeen(out, staging, task, files_left(tasks))
     keylog = KeyLog()
@@ -413,6 +453,7 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
     cdef list tie = []  # the connection's (segment, file, index) at the last one's time reached, fed when it moves
     cdef double reached, tie_reached = 0.0
     cdef tuple row
+    ends = _UNASKED  # (capture_end's answer)
     with collecting_rarely():
         for rows in row_lists:
             for item in <list>rows:
@@ -420,8 +461,9 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
                 key, reached = row[0], row[10]
                 if key != current_key:
                     if decoder is not None:
-                        _feed_tie(decoder, tie, tie_reached)
-                        decoder.finish()
+                        if ends is _UNASKED:
+                            ends = capture_end() if capture_end is not None else None
+                        _finish_connection(decoder, tie, tie_reached, ends)
                     decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, staged_seen,
                                                 keylog)
                     current_key = key
@@ -436,12 +478,12 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
                                                      row[8], row[9])), row[2], row[3]))
             staged.flush()
         if decoder is not None:
-            _feed_tie(decoder, tie, tie_reached)
-            decoder.finish()
-    facts += ((None, None, None, None, None, None, topic_id, name, None, None, None)
+            if ends is _UNASKED:
+                ends = capture_end() if capture_end is not None else None
+            _finish_connection(decoder, tie, tie_reached, ends)
+    facts += ((None, None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())
-    facts += ((None, None, None, None, None, None, None, None, table, path, rows)
-              for table, path, rows in staged.close())
-    facts += ((None, None, None, None, None, None, None, None, STAGED_NAME, path, rows)
+    facts += ((None, None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())
+    facts += ((None, None, None, None, None, None, None, STAGED_NAME, path, rows)
               for path, rows in staged_seen.close())
     return facts

@@ -72,10 +72,11 @@ def key_endpoints(key: str) -> tuple[tuple[str, int], tuple[str, int]]:
 
 
 def read_local(path: str, name: str, file_number: int, report: ReadReport, int shard=0,
-               int shards=1) -> Iterator[pa.RecordBatch]:
+               int shards=1, noted=None) -> Iterator[pa.RecordBatch]:
     """The segments of a local file as Arrow batches; with `shards`, only those of `shard`'s connections, their
     buckets dealt round (a big file is read by several tasks, each reading it whole: see build.READ_TASK_BYTES).
-    Shard 0 reports the file; every shard its segments."""
+    Shard 0 reports the file, and tells `noted` (a callable) the capture time the file ends at, when it holds TCP
+    packets; every shard reports its segments."""
     owners = connection_shares((), shards)
     reader = _opened(path, name, report, shard == 0)
     if reader is None:
@@ -90,6 +91,8 @@ def read_local(path: str, name: str, file_number: int, report: ReadReport, int s
         report({"segments": segments} if shard else
                {"files": 1, "bytes": reader.total_size, "frames": reader.frames_read, "segments": segments,
                 "warnings": [w.replace(path, name, 1) for w in reader.warnings]})
+        if noted is not None and shard == 0 and reader.time_reached > -INFINITY:
+            noted(reader.time_reached)
 
 
 cdef object _opened(str path, str name, report, bint tell):
@@ -141,12 +144,12 @@ def connection_shares(paths, int shards):
     return owners.tobytes()
 
 
-def shard_rows(list paths, int shard, owners, report: ReadReport) -> Iterator[list[tuple]]:
+def shard_rows(list paths, int shard, owners, report: ReadReport, list times_reached) -> Iterator[list[tuple]]:
     """The segment rows (SEGMENT_SCHEMA's order) of `shard`'s connections (owners: the run's connection_shares;
     None: every connection) in a run's local files (numbered in the list's order, the run's), in the order a
     shuffled partition has them (SEGMENT_ORDER), BATCH_SEGMENTS at a time: held in memory until every file is read,
-    so the job takes this path only for files of at most build.UNSHUFFLED_MAX_BYTES in all. Shard 0 reports the
-    files."""
+    so the job takes this path only for files of at most build.UNSHUFFLED_MAX_BYTES in all; before the first,
+    `times_reached` gets the capture time each file holding TCP packets ends at. Shard 0 reports the files."""
     # Rows are kept by connection, each connection's in the order read, (file, index): that is their (reached, file,
     # index) order unless files overlap in time, and only then is the connection sorted. Sorting all rows by
     # (key, time, file, index) took a quarter of the reading (470 M of 1,650 M instructions for bench60's half).
@@ -171,6 +174,8 @@ def shard_rows(list paths, int shard, owners, report: ReadReport) -> Iterator[li
                 if shard == 0:
                     report({"files": 1, "bytes": reader.total_size, "frames": reader.frames_read,
                             "warnings": list(reader.warnings)})
+                if reader.time_reached > -INFINITY:
+                    times_reached.append(reader.time_reached)
         batch = []
         for key in sorted(connections):
             rows = connections.pop(key)
@@ -202,13 +207,14 @@ def _reached_file_index(tuple row):
     return row[10], row[2], row[3]
 
 
-def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport) -> Iterator[pa.RecordBatch]:
+def read_spooled(name: str, content: bytes, file_number: int, report: ReadReport,
+                 noted=None) -> Iterator[pa.RecordBatch]:
     """A file Spark read whole (any Hadoop file system): spooled to local disk for the reader."""
     fd, path = tempfile.mkstemp(prefix="kafkasniff-", suffix=".capture")
     try:
         with os.fdopen(fd, "wb") as spool:
             spool.write(content)
-        yield from read_local(path, name, file_number, report)
+        yield from read_local(path, name, file_number, report, noted=noted)
     finally:
         os.unlink(path)
 

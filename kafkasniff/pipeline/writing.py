@@ -28,9 +28,7 @@ from pyarrow import fs as pafs
 
 from kafkasniff.pipeline.inputs import is_uri
 from kafkasniff.pipeline.rows import MessageColumns, RecordColumns, micros
-from kafkasniff.pipeline.tables import (CONNECTIONS, DECODED_TABLES, MESSAGES, RECORDS, TABLES, Table, file_schema,
-                                        raw_schema)
-from kafkasniff.stream import tcp
+from kafkasniff.pipeline.tables import DECODED_TABLES, MESSAGES, RECORDS, TABLES, Table, file_schema, raw_schema
 
 _MICROS_PER_DAY = 86_400_000_000
 _EPOCH = date(1970, 1, 1)
@@ -117,10 +115,8 @@ def _batch(rows: list[tuple] | MessageColumns | RecordColumns, schema: pa.Schema
 
 
 def finish_staged(table_name: str, staged: str, out: str, part: str, streams: dict[str, int],
-                  topic_of_id: dict[str, str], idle_before: int | None = None) -> int:
-    """Write a staged file's rows as the table's, a file per day; returns how many rows were written. `idle_before`
-    (connections, microseconds): a connection ended by the capture's end whose last packet came before it ended
-    idle (see _finished). A staged batch
+                  topic_of_id: dict[str, str]) -> int:
+    """Write a staged file's rows as the table's, a file per day; returns how many rows were written. A staged batch
     at a time (a decode task's share of records-heavy traffic is millions of records) and a column at a time: text
     columns staged dictionary-encoded stay so. At most _DayFiles.OPEN_FILES days are written in one pass over the
     staged file: rows of any other day wait for the next pass (hostile input may date every packet on another day;
@@ -135,8 +131,7 @@ def finish_staged(table_name: str, staged: str, out: str, part: str, streams: di
         try:
             with contextlib.closing(staged_batches(filesystem, staged)) as batches:
                 for batch in batches:
-                    finished, day_of_rows = _finished(table, pa.Table.from_batches([batch]), streams, topic_of_id,
-                                                      idle_before)
+                    finished, day_of_rows = _finished(table, pa.Table.from_batches([batch]), streams, topic_of_id)
                     runs = pc.value_counts(day_of_rows)
                     if len(runs) > 1:  # the rows by day, in their order within each (a sort, not a filter per day)
                         finished = finished.take(pc.sort_indices(day_of_rows))
@@ -209,18 +204,11 @@ class _DayFiles:
             writer.close()
 
 
-def _finished(table: Table, raw: pa.Table, streams: dict[str, int], topic_of_id: dict[str, str],
-              idle_before: int | None = None) -> tuple[pa.Table, pa.ChunkedArray]:
-    """Staged rows as the table's (stream numbers, topic names, and the connections that ended idle), and the day of
-    each."""
+def _finished(table: Table, raw: pa.Table, streams: dict[str, int],
+              topic_of_id: dict[str, str]) -> tuple[pa.Table, pa.ChunkedArray]:
+    """Staged rows as the table's (stream numbers, topic names), and the day of each."""
     columns = {name: raw.column(name) for name in raw.column_names}
     columns["stream"] = _looked_up(columns["connection_id"], streams, pa.int64())
-    if idle_before is not None and table is CONNECTIONS:
-        # A decode task sees one 4-tuple's packets: the capture ends, for it, at the connection's last packet. Where
-        # the run's capture went on for more than the idle timeout after it, `decode` ends it idle (tcp.flush).
-        ended = columns["end_reason"]
-        idle = pc.and_(pc.equal(ended, tcp.END_CAPTURE), pc.less(columns["last_seen"], idle_before))
-        columns["end_reason"] = pc.if_else(idle, tcp.END_IDLE, ended)
     if topic_of_id and table is MESSAGES:
         columns["topics"] = _named_in_lists(columns["topics"], topic_of_id)
     if topic_of_id and table is RECORDS:
@@ -316,6 +304,25 @@ def mark_done(out: str) -> None:
     for table in TABLES:
         with filesystem.open_output_stream(f"{root}/{table.name}/_SUCCESS"):
             pass
+
+
+_TIMES_REACHED = "reached"  # the staging folder's folder of the files' capture times at their ends
+
+
+def note_time_reached(out: str, staging: str, file_number: int, time: float) -> None:
+    """A read task's word that the run's file `file_number` ends at capture time `time` (its latest TCP packet's):
+    an empty file, its name saying both, which the decode tasks list (time_reached) once the reads are done."""
+    filesystem, root = output_fs(out)
+    filesystem.create_dir(f"{root}/{staging}/{_TIMES_REACHED}", recursive=True)
+    with filesystem.open_output_stream(f"{root}/{staging}/{_TIMES_REACHED}/{file_number}-{time.hex()}"):
+        pass
+
+
+def time_reached(out: str, staging: str) -> float | None:
+    """The capture time the run's files reach (note_time_reached): the latest of them; None without any."""
+    filesystem, root = output_fs(out)
+    found = filesystem.get_file_info(pafs.FileSelector(f"{root}/{staging}/{_TIMES_REACHED}", allow_not_found=True))
+    return max((float.fromhex(info.base_name.split("-", 1)[1]) for info in found), default=None)
 
 
 def remove_staging(out: str, staging: str) -> None:

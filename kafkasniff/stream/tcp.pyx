@@ -26,10 +26,20 @@ A connection silent for more than `idle_timeout` capture seconds is ended (idle)
 the capture goes on, at its own next packet, or at the capture's end, whichever comes first, so that
 whether it ended idle depends on it alone and the capture's end. It is not remembered as closed:
 what it sends later is traffic, taken as a connection captured from its middle.
+
+Capture time is the latest time of the packets fed so far (a packet's own time may go back). The
+waits end at a connection's own packets, or at sweeps: whenever capture time reaches a multiple of
+the sweep interval (a second; the idle sweep interval, a tenth of idle_timeout, for idle ones), before
+the packet that brought it there, each wait that ended by then is ended as of the first multiple after
+its end (a hole's wait, a reset's, a silence's). So when a connection's waits end, and the events that
+brings, follow from its own packets and capture time alone: a reassembler fed one connection's packets
+(a Spark task's) gives the same with `fire_next`, told the capture time at each packet.
 """
 
+import heapq
 from bisect import bisect_right
 from collections import deque
+from libc.math cimport INFINITY, floor
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -64,10 +74,15 @@ MAX_CLOSED_REMEMBERED = 65_536
 # minutes (connections.max.idle.ms), so a long capture's table holds only live ones.
 IDLE_TIMEOUT = 900.0
 
+# Capture times are taken into [-_FAR, _FAR] for the sweeps' arithmetic (a hostile pcapng's time may be 1e19 s)
+cdef double _FAR = 1e15
 cdef long long SEQ_MOD = 1LL << 32
 cdef long long SEQ_HALF = 1LL << 31
 cdef long long NO_SEQ = -1  # sequence numbers are 0 ... 2**32 - 1
 cdef int F_FIN = FIN, F_SYN = SYN, F_RST = RST, F_ACK = ACK
+cdef enum:  # the waits that end at sweeps besides the holes (which are told by their direction, 0 or 1)
+    _RESET = 2
+    _SILENCE = 3
 
 
 class Endpoint(NamedTuple):
@@ -186,7 +201,10 @@ cdef class TcpReassembler:
     cdef object _empty  # deque of the connections opened, the oldest first, while they may not have carried a byte
     cdef long long _empty_open  # how many of them are open and have not
     cdef readonly long long max_empty_connections, max_open_connections
-    cdef double _sweep_every, _next_sweep, _next_idle_sweep
+    cdef double _sweep_every, _idle_every  # the sweeps' intervals
+    cdef double _clock  # capture time: the latest time fed
+    cdef long long _swept, _idle_swept  # the last multiples of either interval swept at
+    cdef double _next_sweep  # the capture time of the next sweep
 
     def __init__(
         self,
@@ -211,10 +229,12 @@ cdef class TcpReassembler:
         self._empty_open = 0
         self.max_empty_connections = max(1, max_empty_connections)
         self.max_open_connections = max(1, max_open_connections)
-        self._sweep_every = min(1.0, max_wait)
-        self._next_sweep = 0.0
         self.idle_timeout = idle_timeout
-        self._next_idle_sweep = 0.0
+        self._sweep_every = max(min(1.0, max_wait), 1e-3)
+        self._idle_every = max(idle_timeout / 10, 1e-3)
+        self._clock = -INFINITY
+        self._swept = self._idle_swept = -(1LL << 62)
+        self._next_sweep = -INFINITY
 
     @property
     def open_connections(self) -> int:
@@ -238,6 +258,10 @@ cdef class TcpReassembler:
         cdef bytes payload
         ts, src, sport, dst, dport, py_seq, _, py_flags, payload, py_missing = seg
         seq, flags, missing = py_seq, py_flags, py_missing
+        if ts > self._clock:
+            self._clock = ts
+            if ts >= self._next_sweep:
+                self._sweep(events)
         self._now = ts
         key = (src, sport, dst, dport)
         opening = flags & F_SYN and not flags & F_ACK
@@ -252,6 +276,8 @@ cdef class TcpReassembler:
         if entry is None:
             if not opening:
                 closed = self._closed.get(key)
+                if closed is not None and ts - closed[0] > self.closed_linger:
+                    closed = None  # (lingered its time: forgotten here, whether another's end forgot it yet or not)
                 if closed is not None:
                     self.late_segments += 1
                     _, conn, direction, base, end = closed
@@ -299,8 +325,6 @@ cdef class TcpReassembler:
             self._enforce_bounds(state, events)
             if state.waits():
                 self._waiting[state] = None
-        if ts >= self._next_sweep:
-            self._sweep(events)
         return events
 
     cdef void _reset(self, _ConnectionState state, int direction, long long seq, ack, list events):
@@ -328,18 +352,51 @@ cdef class TcpReassembler:
             self._end_direction_at_fin(state, d, state.half(d), events)
 
     def tick(self, double now) -> list:
-        """Let capture time pass without traffic (live capture): holes waiting longer than
-        `max_wait` are given up."""
+        """Let capture time pass without traffic (live capture): waits that ended by then are ended (holes given
+        up after `max_wait`, at the sweep after)."""
         cdef list events = []
-        self._now = max(self._now, now)
-        self._sweep(events)
+        if now > self._clock:
+            self._clock = now
+            if now >= self._next_sweep:
+                self._sweep(events)
         return events
 
-    def flush(self) -> list:
-        """End of capture: give up on every hole and end every open connection (those silent for more than
-        idle_timeout as idle)."""
+    cpdef tuple fire_next(self, double clock):
+        """For a reassembler fed the packets of some connections only (a Spark task's, of one 4-tuple): the waits of
+        its connections that ended by capture time `clock` (that of the next packet it will be fed, which it does
+        not see), the earliest first: (the capture time they ended at, their events) for those that ended first,
+        or None. Called until None before each packet, and given the capture's time at each, it ends them as a
+        reassembler fed every packet of the capture does at its sweeps."""
+        cdef _ConnectionState state
+        cdef long long until = _index_at(clock, self._sweep_every)
+        cdef long long idle_until = _index_at(clock, self._idle_every)
+        cdef double first = INFINITY, due
+        cdef list states = [entry[0] for entry in self._table.values() if entry[1] == A_TO_B]
+        cdef int wait
+        for state in states:
+            due = self._first_due(state, until, idle_until, &wait)
+            if due < first:
+                first = due
+        if first == INFINITY:
+            return None
+        cdef list events = []
+        until, idle_until = _index_at(first, self._sweep_every), _index_at(first, self._idle_every)
+        for state in states:
+            self._end_waits(state, until, idle_until, events)
+        return first, events
+
+    cpdef double next_sweep_after(self, double clock):
+        """The capture time of the first sweep after `clock`: no wait that had not ended by `clock` ends before."""
+        return min((_index_at(clock, self._sweep_every) + 1) * self._sweep_every,
+                   (_index_at(clock, self._idle_every) + 1) * self._idle_every)
+
+    def flush(self, double end=-INFINITY) -> list:
+        """End of capture, at capture time `end` (at the latest fed, when later: a reassembler fed some connections
+        only is told where the capture ends): give up on every hole and end every open connection (those silent
+        for more than idle_timeout as idle)."""
         cdef list events = []
         cdef _ConnectionState state
+        self._now = max(self._clock, end)
         for entry in list(self._table.values()):
             state = entry[0]
             if entry[1] == A_TO_B:
@@ -473,22 +530,92 @@ cdef class TcpReassembler:
         self._release(conn, direction, half, ts, events)
 
     cdef void _sweep(self, list events):
+        """Capture time reached the next sweep: end the waits that ended by then (every connection's silence at a
+        multiple of the idle sweep interval, those of the connections that wait at every sweep), in the order they
+        ended, those that ended at one time in the order the connections were opened (as a reassembler fed one
+        connection's packets, told the capture's time, finds them: fire_next)."""
         cdef _ConnectionState state
-        if self._now >= self._next_idle_sweep:
-            self._end_idle(events)
-        self._next_sweep = self._now + self._sweep_every
-        for state in list(self._waiting):
-            self._enforce_bounds(state, events)
-            if not state.waits():
+        cdef long long until = _index_at(self._clock, self._sweep_every)
+        cdef long long idle_until = _index_at(self._clock, self._idle_every)
+        cdef double at
+        cdef int wait = 0
+        cdef dict candidates = dict.fromkeys(self._waiting)
+        if idle_until > self._idle_swept:
+            self._idle_swept = idle_until
+            for entry in self._table.values():
+                if entry[1] == A_TO_B and _index_after((<_ConnectionState>entry[0]).last_seen + self.idle_timeout,
+                                                       self._idle_every) <= idle_until:
+                    candidates[entry[0]] = None
+        self._swept = until
+        self._next_sweep = min((until + 1) * self._sweep_every, (idle_until + 1) * self._idle_every)
+        cdef list due = []  # (the time a wait ended, stream, connection)
+        for state in candidates:
+            at = self._first_due(state, until, idle_until, &wait)
+            if at < INFINITY:
+                due.append((at, state.conn.stream, state))
+            elif state.finished or not state.waits():
+                self._waiting.pop(state, None)
+        heapq.heapify(due)
+        while due:
+            at, stream, state = heapq.heappop(due)
+            self._end_wait(state, self._first_due(state, until, idle_until, &wait), wait, events)
+            at = self._first_due(state, until, idle_until, &wait)
+            if at < INFINITY:
+                heapq.heappush(due, (at, stream, state))
+            elif state.finished or not state.waits():
                 self._waiting.pop(state, None)
 
-    cdef void _end_idle(self, list events):
-        cdef double now = self._now
-        cdef _ConnectionState state
-        self._next_idle_sweep = now + self.idle_timeout / 10
-        idle = {state for state, _ in self._table.values() if now - state.last_seen > self.idle_timeout}
-        for state in sorted(idle, key=_stream_number):
+    cdef double _first_due(self, _ConnectionState state, long long until, long long idle_until, int *wait):
+        """The capture time the connection's first wait to end by the sweep intervals' multiples `until` and
+        `idle_until` ends at (the first multiple after its end), and which wait (`wait`: _RESET, _SILENCE, or the
+        direction of a hole); INFINITY when none does. Of waits ending at one time, a reset's goes first, then the
+        silence, then a hole, A_TO_B's first."""
+        cdef double first = INFINITY
+        cdef long long due
+        cdef int direction
+        cdef _HalfStream half
+        if state.finished:
+            return first
+        if state.reset:
+            due = _index_after(state.reset_at + self.max_wait, self._sweep_every)
+            if due <= until:
+                first, wait[0] = due * self._sweep_every, _RESET
+        due = _index_after(state.last_seen + self.idle_timeout, self._idle_every)
+        if due <= idle_until and due * self._idle_every < first:
+            first, wait[0] = due * self._idle_every, _SILENCE
+        for direction in range(2):
+            half = state.half(direction)
+            if half.pending:
+                due = _index_after(half.hole_since + self.max_wait, self._sweep_every)
+                if due <= until and due * self._sweep_every < first:
+                    first, wait[0] = due * self._sweep_every, direction
+        return first
+
+    cdef void _end_wait(self, _ConnectionState state, double at, int wait, list events):
+        """End a wait of the connection as of when it ended (`at`): its hole given up (and the direction ended, if
+        its FIN waited for the hole), the end its reset showed missing, its silence."""
+        cdef _HalfStream half
+        self._now = at
+        if wait == _RESET:
+            self._finish(state, END_RST, events)
+        elif wait == _SILENCE:
             self._finish(state, END_IDLE, events)
+        else:
+            half = state.half(wait)
+            self._skip_hole(state.conn, wait, half, at, events)
+            self._end_direction_at_fin(state, wait, half, events)
+
+    cdef void _end_waits(self, _ConnectionState state, long long until, long long idle_until, list events):
+        """End the connection's waits that ended by the multiples `until` and `idle_until`, the first first."""
+        cdef double at
+        cdef int wait = 0
+        while not state.finished:
+            at = self._first_due(state, until, idle_until, &wait)
+            if at == INFINITY:
+                break
+            self._end_wait(state, at, wait, events)
+        if state.finished or not state.waits():
+            self._waiting.pop(state, None)
 
     cdef void _enforce_bounds(self, _ConnectionState state, list events):
         cdef double now = self._now
@@ -592,8 +719,20 @@ cdef void _report_late(conn, int direction, long long base, long long end, long 
         events.append(named_tuple(LateData, (conn, direction, start, offset + size - start, ts)))
 
 
-def _stream_number(_ConnectionState state):
-    return state.conn.stream
+cdef inline long long _index_at(double t, double every):
+    """The multiple of `every` at or before capture time t, as its index."""
+    t = min(max(t, -_FAR), _FAR)
+    cdef long long k = <long long>floor(t / every)
+    while k * every > t:
+        k -= 1
+    while (k + 1) * every <= t:
+        k += 1
+    return k
+
+
+cdef inline long long _index_after(double t, double every):
+    """The first multiple of `every` after capture time t, as its index."""
+    return _index_at(t, every) + 1
 
 
 def _bytes_then_last_seen(_ConnectionState state):
