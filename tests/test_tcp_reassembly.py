@@ -752,3 +752,14 @@ def test_a_reassembler_fed_one_connection_ends_its_waits_as_one_fed_the_whole_ca
         keyed += [((math.inf, -1, opened[e.conn.a, e.conn.b, e.conn.stream]), _event_text(e))
                   for e in reassembler.flush(clock)]
     assert [text for _, text in sorted(keyed, key=lambda pair: pair[0])] == in_whole
+
+
+@pytest.mark.parametrize("ts", [1.8e19, 1e15, -1e19])
+def test_times_far_out_of_range_neither_hang_nor_overflow_the_sweeps(ts):
+    """Hostile capture times (a pcapng's 64-bit stamp counted in seconds reaches 1.8e19 s) with the shortest sweep
+    interval: the sweeps' arithmetic stays in range (times are taken within 1e15 s, where a step of the interval
+    does not move the product: a quotient is put right by a step at most), and the hole is given up by the end."""
+    reassembler = TcpReassembler(max_wait=1e-4)
+    events = reassembler.feed(seg(CLIENT, 0, b"a", ts=ts)) + reassembler.feed(seg(CLIENT, 5, b"b", ts=ts))
+    events += reassembler.tick(abs(ts) * 2) + reassembler.flush()
+    assert ("gap", A_TO_B, 1, 4) in summary(events) and ("data", A_TO_B, 5, b"b") in summary(events)

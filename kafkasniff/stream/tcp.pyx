@@ -203,7 +203,7 @@ cdef class TcpReassembler:
     cdef readonly long long max_empty_connections, max_open_connections
     cdef double _sweep_every, _idle_every  # the sweeps' intervals
     cdef double _clock  # capture time: the latest time fed
-    cdef long long _swept, _idle_swept  # the last multiples of either interval swept at
+    cdef long long _idle_swept  # the last multiple of the idle sweep interval swept at
     cdef double _next_sweep  # the capture time of the next sweep
 
     def __init__(
@@ -233,7 +233,7 @@ cdef class TcpReassembler:
         self._sweep_every = max(min(1.0, max_wait), 1e-3)
         self._idle_every = max(idle_timeout / 10, 1e-3)
         self._clock = -INFINITY
-        self._swept = self._idle_swept = -(1LL << 62)
+        self._idle_swept = -(1LL << 62)
         self._next_sweep = -INFINITY
 
     @property
@@ -546,7 +546,6 @@ cdef class TcpReassembler:
                 if entry[1] == A_TO_B and _index_after((<_ConnectionState>entry[0]).last_seen + self.idle_timeout,
                                                        self._idle_every) <= idle_until:
                     candidates[entry[0]] = None
-        self._swept = until
         self._next_sweep = min((until + 1) * self._sweep_every, (idle_until + 1) * self._idle_every)
         cdef list due = []  # (the time a wait ended, stream, connection)
         for state in candidates:
@@ -720,12 +719,13 @@ cdef void _report_late(conn, int direction, long long base, long long end, long 
 
 
 cdef inline long long _index_at(double t, double every):
-    """The multiple of `every` at or before capture time t, as its index."""
+    """The multiple of `every` at or before capture time t, as its index (the quotient's rounding put right: a step
+    at most, as at 1e15 s a step of 1e-3 s does not move the product)."""
     t = min(max(t, -_FAR), _FAR)
     cdef long long k = <long long>floor(t / every)
-    while k * every > t:
+    if k * every > t:
         k -= 1
-    while (k + 1) * every <= t:
+    elif (k + 1) * every <= t:
         k += 1
     return k
 
