@@ -300,6 +300,13 @@ cdef void _feed_tie(ConnectionDecoder decoder, list tie, double reached) except 
 
 
 cdef object _UNASKED = object()
+
+
+cdef object _asked(ends, capture_end):
+    """The capture's end time: `ends` once asked (_UNASKED before), else capture_end's answer (None: unknown)."""
+    if ends is not _UNASKED:
+        return ends
+    return capture_end() if capture_end is not None else None
 cdef tuple _AT_THE_END = (AT_THE_END, BEFORE_THE_PACKETS, BEFORE_THE_PACKETS)  # a connection's end's position
 
 
@@ -461,8 +468,7 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
                 key, reached = row[0], row[10]
                 if key != current_key:
                     if decoder is not None:
-                        if ends is _UNASKED:
-                            ends = capture_end() if capture_end is not None else None
+                        ends = _asked(ends, capture_end)
                         _finish_connection(decoder, tie, tie_reached, ends)
                     decoder = ConnectionDecoder(port_hints, topic_resolver, file_names, staged, facts, staged_seen,
                                                 keylog)
@@ -478,9 +484,7 @@ def decode_segment_rows(row_lists, list file_names, port_hints: frozenset, str o
                                                      row[8], row[9])), row[2], row[3]))
             staged.flush()
         if decoder is not None:
-            if ends is _UNASKED:
-                ends = capture_end() if capture_end is not None else None
-            _finish_connection(decoder, tie, tie_reached, ends)
+            _finish_connection(decoder, tie, tie_reached, _asked(ends, capture_end))
     facts += ((None, None, None, None, None, topic_id, name, None, None, None)
               for topic_id, name in topic_resolver.topic_names.by_id.items())
     facts += ((None, None, None, None, None, None, None, table, path, rows) for table, path, rows in staged.close())

@@ -547,20 +547,20 @@ cdef class TcpReassembler:
                                                        self._idle_every) <= idle_until:
                     candidates[entry[0]] = None
         self._next_sweep = min((until + 1) * self._sweep_every, (idle_until + 1) * self._idle_every)
-        cdef list due = []  # (the time a wait ended, stream, connection)
+        cdef list due = []  # (the time a wait ended, stream, which wait, connection)
         for state in candidates:
             at = self._first_due(state, until, idle_until, &wait)
             if at < INFINITY:
-                due.append((at, state.conn.stream, state))
+                due.append((at, state.conn.stream, wait, state))
             elif state.finished or not state.waits():
                 self._waiting.pop(state, None)
         heapq.heapify(due)
         while due:
-            at, stream, state = heapq.heappop(due)
-            self._end_wait(state, self._first_due(state, until, idle_until, &wait), wait, events)
+            at, stream, wait, state = heapq.heappop(due)
+            self._end_wait(state, at, wait, events)
             at = self._first_due(state, until, idle_until, &wait)
             if at < INFINITY:
-                heapq.heappush(due, (at, stream, state))
+                heapq.heappush(due, (at, stream, wait, state))
             elif state.finished or not state.waits():
                 self._waiting.pop(state, None)
 
